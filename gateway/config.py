@@ -734,6 +734,11 @@ def _default_key_header(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def on_azure_openai(base_url: str) -> bool:
+    """Whether ``base_url`` is an Azure OpenAI resource's (AZURE_OPENAI_SUFFIX)."""
+    return _azure_openai(_hostname(base_url))
+
+
 def _azure_openai(host: str) -> bool:
     """Whether ``host`` (lower-case) is an Azure OpenAI resource's (AZURE_OPENAI_SUFFIX)."""
     return host.endswith(AZURE_OPENAI_SUFFIX)

@@ -143,7 +143,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
                 return limits_used_up(svc, call.up)
             taken = True
         mark = ps.sent(call.up.cfg, scope, tokens, taken)
-        state.pool_sent = PoolSent(call.up.cfg, scope, mark, tokens)
+        state.pool_sent = PoolSent(call.up.cfg, scope, mark, tokens, call.dialect.api, body)
     elif state.pool_sent is not None:
         state.pool_sent = None  # a fallback's answer is not the deployment's
     state.attempts += 1

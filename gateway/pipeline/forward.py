@@ -65,13 +65,7 @@ from gateway.pipeline.outcome import (
     bad_request,
     gateway_failure,
 )
-from gateway.pipeline.pool import (
-    answered_fixed,
-    remember_answer,
-    send_across,
-    stored_deployment,
-    stored_route,
-)
+from gateway.pipeline.pool import remember_answer, send_across, stored_deployment, stored_route
 from gateway.pipeline.relay import relay, rendered, shutdown_failure
 from gateway.pipeline.send import Onward, Sent, note_outage, plan_for, send_one
 from gateway.policy import per_minute_fit
@@ -233,13 +227,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
                     fixed, call = sent.outcome, sent.call or call
                 outcome = fixed
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
+                # Its answer leaves the conversation's home where it was (no ``answered_fixed``):
+                # the client sends the next turn whole again, which this deployment refuses as it
+                # refused this one, and whose prefix the home's cache holds. Moved here, every
+                # later turn was refused and compressed on the small window (review of 07eb6eb).
                 outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
-                if not isinstance(outcome, Failure):
-                    # The rescue went to the deployment that refused: its answer is the pool's,
-                    # as a fixed resend's is, and its cache now holds the compressed conversation.
-                    # Left to the pool, the home stayed on a sibling that had failed the turn,
-                    # and the next turn went back there, to a cache with nothing of it.
-                    await answered_fixed(svc, state, call)
             asked.drop()
         await remember_answer(svc, state, call, outcome)  # before the client can chain to its id
         if svc.loop.enabled:

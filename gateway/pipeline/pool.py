@@ -368,14 +368,14 @@ async def _settle(svc: Services, state: RequestState, turn: PoolTurn, call: Call
 
 async def answered_fixed(svc: Services, state: RequestState, call: Call) -> None:
     """A pool deployment's refusal that the pipeline sent again fixed (forward.py's fixes: a
-    budget lowered, a parameter or another account's reasoning left out; or its compress-and-
-    retry of an overflow) and that was answered there: the pool's answer as though the
-    deployment had answered at once (``send_pool``): the conversation's home follows it, a
-    stored response searched for is remembered there. Left to the pool's own answers, a turn
-    moved off a home limited for 3 s was refused by the sibling for the home's reasoning and
-    answered without it, and the home stayed: the next turn went back with the sibling's
-    reasoning, was refused there too, and lost the sibling's cache (audit, Codex over keys of
-    different organizations)."""
+    budget lowered, a parameter or another account's reasoning left out) and that was answered
+    there: the pool's answer as though the deployment had answered at once (``send_pool``): the
+    conversation's home follows it, a stored response searched for is remembered there. Left to
+    the pool's own answers, a turn moved off a home limited for 3 s was refused by the sibling
+    for the home's reasoning and answered without it, and the home stayed: the next turn went
+    back with the sibling's reasoning, was refused there too, and lost the sibling's cache
+    (audit, Codex over keys of different organizations). Not a compress-and-retry's answer: the
+    deployment took only the compressed conversation, and the client sends the whole one again."""
     turn, state.pool_turn = state.pool_turn, None
     if turn is not None and turn.deployment == call.up.cfg.name and call.up.pooled:
         await _settle(svc, state, turn, call)

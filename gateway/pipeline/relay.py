@@ -17,15 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gateway.apis import DIALECT_FOR_API, OPENAI_CHAT, api_of_path
+from gateway.apis import DIALECT_FOR_API, OPENAI_CHAT, api_of_path, output_budget
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
+from gateway.config import on_azure_openai
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
-from gateway.pipeline.attempt import leg_over, own_key_ending, settle_circuit, too_large_event
+from gateway.pipeline.attempt import leg_over, own_key_ending, sent_doc, settle_circuit, too_large_event
 from gateway.pipeline.outcome import Failure, Leg, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.relayed_usage import Kept, shown_tokens
 from gateway.pipeline.stamp import stamp
+from gateway.policy import window_count
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.tokens import text_tokens
 from gateway.services import Services
@@ -355,13 +357,18 @@ async def _pump(
 
 def pool_used(svc: Services, state: RequestState, usage: dict[str, int]) -> None:
     """The answer of a pool deployment stated its usage: the deployment's count of the call,
-    its estimate, becomes that (state/pools.py's ``used``), once. Only the provider's own count:
-    an estimate of a broken stream's text would only move one guess to another."""
+    its estimate, becomes what its provider's window counted of it (policy/window_count.py,
+    state/pools.py's ``used``), once. Only the provider's own count: an estimate of a broken
+    stream's text would only move one guess to another."""
     sent, state.pool_sent = state.pool_sent, None
-    prompt, completion = usage.get("prompt"), usage.get("completion")
-    if sent is None or svc.pool_state is None or prompt is None or completion is None:
+    if sent is None or svc.pool_state is None:
         return
-    svc.pool_state.used(sent.up, sent.model, sent.mark, sent.estimate, prompt + completion)
+    azure = on_azure_openai(sent.up.base_url)
+    # Only Azure counts the output budget asked (policy/window_count.py): read back for it alone.
+    output = output_budget.asked(sent_doc(sent.body)) if azure else None
+    tokens = window_count.counted(usage, azure=azure, api=sent.api, sent_output=output)
+    if tokens is not None:
+        svc.pool_state.used(sent.up, sent.model, sent.mark, sent.estimate, tokens)
 
 
 def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import unquote, unquote_plus
 
-from gateway.config import ANTHROPIC_HOST, ANTHROPIC_KEY_PREFIX, ANTHROPIC_OAUTH_PREFIX, UpstreamConfig
+from gateway.config import (
+    ANTHROPIC_HOST,
+    ANTHROPIC_KEY_PREFIX,
+    ANTHROPIC_OAUTH_PREFIX,
+    UpstreamConfig,
+    on_azure_openai,
+)
 
 # RFC 9110 §7.6.1 connection-specific headers, plus the de-facto Proxy-Connection and
 # Keep-Alive; they describe one hop and must never be forwarded.
@@ -112,6 +119,9 @@ API_HEADERS: dict[str, ApiHeaders] = {
 # client's body was sent as (curl -d says application/x-www-form-urlencoded).
 JSON_BODY = ("Content-Type", "application/json")
 # By API: the prefixes of the headers that belong to the other APIs only.
+# Where a forwarded credential goes by its kind on one provider's host (``Outbound.by_kind``).
+Placer = Callable[[dict[str, str]], dict[str, str]]
+
 _FOREIGN = {
     api: tuple(p for other in API_HEADERS.values() for p in other.own if p not in rules.own)
     for api, rules in API_HEADERS.items()
@@ -120,7 +130,7 @@ _FOREIGN = {
 
 def in_api(
     headers: dict[str, str], api: str, moves_to: tuple[str, str] | None = None, query_key: str | None = None,
-    by_kind: bool = False,
+    by_kind: Placer | None = None,
 ) -> dict[str, str]:
     """``headers`` (from ``request_headers``) for a body the gateway wrote in ``api``: labelled
     JSON, with what ``api`` requires, without what belongs to another API (an OpenAI
@@ -130,7 +140,7 @@ def in_api(
     does both in its own pass."""
     out, _, taken = _filtered(headers.items(), frozenset(), _FOREIGN[api], moves_to is not None)
     _in_api_tail(out, api, taken, moves_to, query_key)
-    return placed_by_kind(out) if by_kind else out
+    return by_kind(out) if by_kind is not None else out
 
 
 def _filtered(
@@ -224,9 +234,9 @@ class Outbound:
     moves_to: tuple[str, str] | None = None
     # upstreams[].headers: set on every request, last, over the client's and the API's own.
     added: tuple[tuple[str, str], ...] = ()
-    # Anthropic's API, with the client's credential forwarded: it goes where its kind is
-    # taken (``placed_by_kind``), as the client sent it or not.
-    by_kind: bool = False
+    # With the client's credential forwarded, where its kind is taken, as the client sent it or
+    # not: Anthropic's API (``placed_by_kind``), Azure OpenAI (``placed_for_azure``).
+    by_kind: Placer | None = None
 
     @classmethod
     def of(cls, upstream: UpstreamConfig) -> Outbound:
@@ -244,8 +254,13 @@ class Outbound:
             key = (name, prefix + upstream.api_key)
         forwards = upstream.forwards_client_credentials
         moves_to = _KEY_HEADER[upstream.key_header] if forwards else None
-        # A key_header the config names is where the credential goes, whatever its kind.
-        by_kind = forwards and upstream.host == ANTHROPIC_HOST and not upstream.key_header_given
+        by_kind: Placer | None = None
+        if forwards and upstream.host == ANTHROPIC_HOST and not upstream.key_header_given:
+            # A key_header the config names is where the credential goes, whatever its kind.
+            by_kind = placed_by_kind
+        elif forwards and on_azure_openai(upstream.base_url):
+            # Whatever key_header says: Azure reads an Entra ID token in no other place.
+            by_kind = placed_for_azure
         return cls(frozenset(drop), key, moves_to, tuple(upstream.headers.items()), by_kind)
 
 
@@ -284,8 +299,8 @@ def request_headers(
     out["X-Request-Id"] = request_id
     if api is not None:
         _in_api_tail(out, api, taken, moves_to, query_key)
-    if plan.by_kind:
-        placed_by_kind(out)
+    if plan.by_kind is not None:
+        plan.by_kind(out)
     if plan.added:
         _added(out, plan.added)
     return out
@@ -313,6 +328,35 @@ def outbound_headers(
     if moves_to is not None:
         credential_moved(headers, moves_to, query_key, upstream.by_kind)
     return headers
+
+
+def placed_for_azure(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` (changed in place) with a Microsoft Entra ID token alone in ``api-key`` (a
+    translated client's bearer token moved to the host's ``key_header``, or a client's own)
+    sent as ``Authorization: Bearer``: Azure OpenAI authenticates a request by an API key in the
+    ``api-key`` header or by an Entra ID token as ``Authorization: Bearer`` (its REST reference,
+    "Authentication"), so a token in ``api-key`` is read as a key and refused. A key stays."""
+    key = None
+    for k in headers:
+        lk = k.lower()
+        if lk == "authorization":
+            return headers
+        if lk == "api-key":
+            key = k
+    if key is not None and is_jwt(token := headers[key].strip()):
+        _replaced(headers, key, "Authorization", f"Bearer {token}")
+    return headers
+
+
+# A JSON Web Token in compact form (RFC 7519 §3.1): three base64url parts joined by dots, the
+# first a JSON header object (``{"`` encodes as ``eyJ``). An Entra ID access token is one; an
+# API key has no dots.
+_JWT = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+
+
+def is_jwt(token: str) -> bool:
+    """Whether ``token`` has a JSON Web Token's shape (``_JWT``); nothing is decoded."""
+    return _JWT.fullmatch(token) is not None
 
 
 def placed_by_kind(headers: dict[str, str]) -> dict[str, str]:
@@ -375,17 +419,17 @@ def _added(out: dict[str, str], added: tuple[tuple[str, str], ...]) -> None:
 
 
 def credential_moved(
-    headers: dict[str, str], to: tuple[str, str], query_key: str | None, by_kind: bool = False
+    headers: dict[str, str], to: tuple[str, str], query_key: str | None, by_kind: Placer | None = None
 ) -> dict[str, str]:
     """``headers`` (changed in place) with the client's own credential in the header the
     upstream takes one in (``to``: its ``key_header``): a request translated to another API
     carries the credential where the client's API puts it (an OpenAI client's
     ``Authorization: Bearer``, which Google refuses), and a Gemini client may have sent it as
     ``?key=``, which is never forwarded as given. One already in ``to`` goes as it came.
-    ``by_kind`` (``Outbound.by_kind``): then where its kind is taken (``placed_by_kind``)."""
+    ``by_kind`` (``Outbound.by_kind``): then where its kind is taken."""
     taken = {k.lower(): headers.pop(k) for k in [k for k in headers if k.lower() in CREDENTIAL_HEADERS]}
     _move_credential(headers, taken, to, query_key)
-    return placed_by_kind(headers) if by_kind else headers
+    return by_kind(headers) if by_kind is not None else headers
 
 
 def _move_credential(

@@ -290,6 +290,16 @@ class MemoryStore:
         self._records.put(key, {**rec, "n": n + 1, "k": k + tokens}, ttl_s)
         return True, n + 1, k + tokens
 
+    async def records_least(self, key: str, tokens: float, until_ms: float,
+                            now_ms: float) -> tuple[float, float]:  # fmt: skip
+        rec = self._records.get(key) or {}
+        k, u = float(tokens), float(until_ms)
+        if rec.get("u", 0) > now_ms:
+            k = rec["k"] if 0 < rec.get("k", 0) < k else k
+            u = max(u, rec["u"])
+        self._records.put(key, {**rec, "k": k, "u": u}, max(0.0, u - now_ms) / 1000 + 1.0)
+        return k, u
+
     async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
         wkey = f"{a.key}:{a.minute}"
         n, k, h = self._windows.get(wkey) or [0, 0, 0]

@@ -84,6 +84,9 @@ _LATENCY_ALPHA = 0.3  # weight of the newest time-to-first-token sample
 # minutes rather than one each, and a quota raised is used within five minutes (meanwhile
 # those requests are served by siblings, never refused for it).
 OVER_WINDOW_MS = 300_000
+# The records this process writes back when the store read lacks them (``_sync``): sit-outs and
+# sizes refused as over a window, both written at once and both lost with a restarted Redis.
+_WRITTEN_BACK = ("o:", "f:")
 OBSERVE_EVERY_S = 0.05  # an answer's rate-limit headers are read at most this often per deployment
 # Sends not yet reported go out with the next read of the pool's records, or once no read has
 # come for this long (a replica that falls quiet after a burst): longer than the read
@@ -156,6 +159,8 @@ class PoolSent(NamedTuple):
     model: str | None  # as ``sent`` was given it
     mark: Mark
     estimate: int  # the tokens it was counted as
+    api: str  # the API it was sent in (``policy/window_count``)
+    body: bytes  # as sent: its output budget is read from it for an Azure deployment only
 
 
 @dataclass
@@ -355,12 +360,17 @@ class PoolState:
 
     def used(self, up: UpstreamConfig, model: str | None, mark: Mark, estimate: int, tokens: int) -> None:
         """The request ``mark`` stands for, counted as ``estimate`` tokens when sent (its bytes /
-        3.5: the prompt alone), was answered with a usage of ``tokens`` (prompt and completion):
+        3.5: the prompt alone), was answered, and its provider's window counted ``tokens`` of it
+        (``policy/window_count``: mostly its prompt and output, as its usage says):
         its send counts that from now on, against the readings taken before it and the
         configured ``limits``' minute, and the difference goes to the other replicas' count.
         Counted at the estimate alone, a deployment's windows missed every answer's output.
-        Once per answer (the caller's ``pool_sent`` is taken as it is read). The usage is never
-        below nothing, so no count goes below what the others sent."""
+        Once per answer (the caller's ``pool_sent`` is taken as it is read). A usage below the
+        estimate lowers the minute's count by the difference, signed, wherever the estimate is
+        counted now: still pending here, or in the store already (a read or a flush took it, or
+        ``take`` counted it there), so the count never loses more than this send's estimate,
+        which it holds. Kept at zero at least, the difference was lost once the estimate had
+        left this process (always, for a ``take``n send)."""
         delta = tokens - estimate
         if not delta or tokens < 0:
             return
@@ -376,9 +386,9 @@ class PoolState:
             cell = sends.pending.get(minute := int(mark.t0 // 60_000))
             if cell is None:
                 if minute >= self._minute() - 1:  # else read by no one any more
-                    sends.pending[minute] = [0, max(0, delta)]
+                    sends.pending[minute] = [0, delta]  # added to the store's count, signed
             else:
-                cell[1] = max(0, cell[1] + delta)
+                cell[1] += delta
         if self._shared:
             cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
             cell[1] += delta
@@ -454,12 +464,10 @@ class PoolState:
         estimate's units, so it is not what a later request's estimate is compared with."""
         key = self._over_key(up.name, self.served(up, model))
         now_ms = self.wall() * 1000
-        old = self._records.get(key)
-        if old and old.get("u", 0) > now_ms and 0 < old.get("k", 0) < tokens:
-            tokens = int(old["k"])
-        fields = {"k": float(max(1, tokens)), "u": now_ms + OVER_WINDOW_MS}
-        _bounded(self._records)[key] = fields
-        await self.store.records_sync((), [(key, fields, OVER_WINDOW_MS / 1000 + 1.0)])
+        # The least in the store, in one step: taken from this process's last read and written
+        # over, another replica's smaller size written meanwhile was replaced by a larger one.
+        k, u = await self.store.records_least(key, max(1, tokens), now_ms + OVER_WINDOW_MS, now_ms)
+        _bounded(self._records)[key] = {"k": k, "u": u}
 
     def too_big(self, up: UpstreamConfig, model: str | None, tokens: int, now_ms: float) -> bool:
         """Whether ``up`` refused a request no larger than ``tokens`` as over its tokens per
@@ -471,9 +479,11 @@ class PoolState:
         """``up`` answered a request ``too_big`` said it would refuse: its quota was raised, and
         the memory goes, here and in the store."""
         key = self._over_key(up.name, self.served(up, model))
-        fields = {"k": 0.0, "u": 0.0}
+        # No size, but an end as a refusal's: a replica that read it over holds the refusal
+        # to the same end at most, so it takes this for newer and writes nothing back (``_sync``).
+        fields = {"k": 0.0, "u": self.wall() * 1000 + OVER_WINDOW_MS}
         _bounded(self._records)[key] = fields
-        await self.store.records_sync((), [(key, fields, 1.0)])
+        await self.store.records_sync((), [(key, fields, OVER_WINDOW_MS / 1000 + 1.0)])
 
     # -- picking ------------------------------------------------------------------------------
 
@@ -671,16 +681,25 @@ class PoolState:
                 _bounded(self._moved)[key] = there
         records = _bounded(self._records)
         now_ms = self.wall() * 1000
+        least: list[tuple[str, dict[str, float]]] = []
         for key, rec in zip(reads, got, strict=True):
-            if key.startswith("o:") and (mine := records.get(key)) is not None \
+            if key[:2] in _WRITTEN_BACK and (mine := records.get(key)) is not None \
                     and mine.get("u", 0) > max(now_ms, rec.get("u", 0)):  # fmt: skip
-                # A sit-out this process knows and the store does not: written while the store
-                # was taken for down (served from this process's memory), or lost with a
-                # restarted Redis. Read over, it was forgotten at the rejoin and the key called
-                # again inside its reset (2 calls, measured); it goes back to the store instead.
-                self._rewrite(key, mine)
+                # A sit-out (or a size refused as over the window) this process knows and the
+                # store does not: written while the store was taken for down (served from this
+                # process's memory), or lost with a restarted Redis. Read over, it was forgotten
+                # at the rejoin and the key called again inside its reset (2 calls, measured); it
+                # goes back to the store instead.
+                if key[0] == "f":
+                    least.append((key, mine))
+                else:
+                    self._rewrite(key, mine)
                 continue
             records[key] = rec
+        for key, mine in least:
+            # As a refusal's own (``over_window``): a smaller size another replica wrote is kept.
+            size, until = await self.store.records_least(key, mine["k"], mine["u"], now_ms)
+            records[key] = {"k": size, "u": until}
         self._generation += 1
         return recs
 

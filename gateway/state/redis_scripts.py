@@ -248,6 +248,24 @@ redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
 return {1, n, k}
 """
 
+# The smallest size a pool deployment refused as over its tokens per minute (``f:`` records),
+# kept across replicas in one step: the record's ``k`` becomes the size given unless it holds a
+# smaller one still in force, and its ``u`` the later of the two ends. KEYS: the record. ARGV:
+# tokens, until_ms, now_ms. Answers the ``k`` and ``u`` kept, as written (strings: a Lua number
+# comes back cut to an integer). Running it twice keeps the same.
+RECORDS_LEAST = """
+local k = redis.call('HGET', KEYS[1], 'k')
+local u = redis.call('HGET', KEYS[1], 'u')
+local kept, ends = ARGV[1], ARGV[2]
+if k and u and tonumber(u) > tonumber(ARGV[3]) then
+  if tonumber(k) > 0 and tonumber(k) < tonumber(kept) then kept = k end
+  if tonumber(u) > tonumber(ends) then ends = u end
+end
+redis.call('HSET', KEYS[1], 'k', kept, 'u', ends)
+redis.call('PEXPIRE', KEYS[1], math.max(0, math.floor(tonumber(ends) - tonumber(ARGV[3]))) + 1000)
+return {kept, ends}
+"""
+
 # Counts added to records (a pool's sends, seen by every replica), once however often the call
 # is sent (its answer lost, sent again). KEYS: the call's own marker, then the records. ARGV:
 # the marker's TTL in ms, then for each record its TTL in ms, how many fields, and each field
@@ -322,4 +340,4 @@ return ARGV[2]
 """
 
 ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_KEEP, LEDGER_OWED, LEDGER_FLOOR, RECORDS_TAKE,
-       RECORDS_ADD, CIRCUIT_FAIL, HOME_CLAIM, HOME_MOVE)
+       RECORDS_ADD, RECORDS_LEAST, CIRCUIT_FAIL, HOME_CLAIM, HOME_MOVE)

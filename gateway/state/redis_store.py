@@ -196,6 +196,7 @@ class RedisStore:
         self._takes = TurnBatch(client, client.register_script(lua.RECORDS_TAKE))
         self._home_claims = TurnBatch(client, client.register_script(lua.HOME_CLAIM))
         self._home_move = client.register_script(lua.HOME_MOVE)
+        self._records_least = client.register_script(lua.RECORDS_LEAST)
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
@@ -879,6 +880,21 @@ class RedisStore:
             return await self.local.records_take(key, requests_per_minute, tokens_per_minute, tokens, ttl_s)
 
         return await self._guard("records_take", remote, local)
+
+    async def records_least(self, key: str, tokens: float, until_ms: float,
+                            now_ms: float) -> tuple[float, float]:  # fmt: skip
+        async def remote() -> tuple[float, float]:
+            args: list[str | int] = [repr(float(tokens)), repr(float(until_ms)), repr(float(now_ms))]
+            raw = await self._records_least(keys=[self._p + "d:" + key], args=args)
+            k, u = float(raw[0]), float(raw[1])
+            # Mirrored, as every record read: a replica that loses Redis still knows it.
+            await self.local.records_sync((), [(key, {"k": k, "u": u}, max(0.0, u - now_ms) / 1000 + 1.0)])
+            return k, u
+
+        async def local() -> tuple[float, float]:
+            return await self.local.records_least(key, tokens, until_ms, now_ms)
+
+        return await self._guard("records_least", remote, local)
 
     # -- gateway keys' ledger -----------------------------------------------------------------
 

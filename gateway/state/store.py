@@ -137,6 +137,15 @@ class StateStore(Protocol):
         (whether it was counted, ``n``, ``k``)."""
         ...
 
+    async def records_least(self, key: str, tokens: float, until_ms: float,
+                            now_ms: float) -> tuple[float, float]:  # fmt: skip
+        """Atomically: the record's ``k`` becomes ``tokens`` unless it holds a smaller one still
+        in force (its ``u`` after ``now_ms``), and its ``u`` the later of its own and
+        ``until_ms``, kept until then; answers the ``k`` and ``u`` kept. Read here and written
+        back, two replicas' refusals at the same moment kept the later write's size, the larger
+        one as often as not."""
+        ...
+
     async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
         """Atomically: refuse when a limit would be passed (``"rpm"``, ``"tpm"`` with the minute's
         tokens held by requests in flight, ``"parallel"``, ``"budget<i>"`` with the spend of

@@ -223,3 +223,52 @@ async def test_a_deployment_passed_by_for_its_tokens_per_minute_is_asked_when_no
         assert models == ["gpt4o-east", "gpt4o-west", "gpt4o-west", "gpt4o-east", "gpt4o-east"]
     finally:
         await fake.close()
+
+
+# A Microsoft Entra ID access token's shape (a JWT: three base64url parts, a JSON header first).
+ENTRA = "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJodHRwczovL2NvZ25pdGl2ZXNlcnZpY2VzIn0.c2ln-_x"
+CLIENT_KEY = "0123456789abcdef0123456789abcdef"
+
+
+async def test_a_clients_entra_id_token_reaches_an_azure_pool_as_a_bearer_token(make_gateway: Any) -> None:
+    """A pool of Azure deployments that forwards the client's credential (no api_key): a
+    translated request's credential moves to the host's key_header, `api-key`, and an Entra ID
+    token went there too, where Azure reads only keys. It goes as `Authorization: Bearer`, on
+    each deployment, and the model listing's too; a key still goes to `api-key`. The fake stands
+    behind the host's name as the gateway's egress proxy (a proxy is sent the whole URL)."""
+    import anthropic
+
+    proxy = await FakeUpstream().start()
+    same = "base_url: 'http://res.openai.azure.com/openai/v1', apis: [chat]"
+    upstreams = (f"  - {{name: east, {same}, model_map: {{gpt-4o: gpt4o-east}}, weight: 1000000}}\n"
+                 f"  - {{name: west, {same}, model_map: {{gpt-4o: gpt4o-west}}}}\n")  # fmt: skip
+    pools = "pools:\n  - {name: gpt, models: [gpt-4o], deployments: [east, west], affinity: {enabled: false}}\n"
+    gw = await make_gateway(f"server: {{upstream_proxy: 'http://127.0.0.1:{proxy.port}'}}\n" + pools,
+                            fake=proxy, upstreams=upstreams)  # fmt: skip
+    ask = [{"role": "user", "content": "hi"}]
+
+    def sent() -> dict[str, str]:
+        last = proxy.requests[-1]
+        return {k.lower(): v for k, v in last.headers.items() if k.lower() in ("authorization", "api-key", "x-api-key")}
+
+    try:
+        async with anthropic.AsyncAnthropic(base_url=gw.base, auth_token=ENTRA, max_retries=0) as claude:
+            await claude.messages.create(model="gpt-4o", max_tokens=64, messages=ask)  # type: ignore[arg-type]
+            assert sent() == {"authorization": f"Bearer {ENTRA}"}
+            proxy.script(Reply(429, _case("azure-429-token-rate")["body"], _case("azure-429-token-rate")["headers"]))
+            await claude.messages.create(model="gpt-4o", max_tokens=64, messages=ask)  # type: ignore[arg-type]
+            assert [r.json()["model"] for r in proxy.chat_requests()[-2:]] == ["gpt4o-east", "gpt4o-west"]
+            assert sent() == {"authorization": f"Bearer {ENTRA}"}  # the sibling's too
+        async with anthropic.AsyncAnthropic(base_url=gw.base, api_key=ENTRA, max_retries=0) as claude:
+            await claude.messages.create(model="gpt-4o", max_tokens=64, messages=ask)  # type: ignore[arg-type]
+            assert sent() == {"authorization": f"Bearer {ENTRA}"}  # from x-api-key
+        status, _, _ = await gw.chat(_chat(), headers={"Authorization": f"Bearer {ENTRA}"})  # not translated
+        assert status == 200 and sent() == {"authorization": f"Bearer {ENTRA}"}
+        async with anthropic.AsyncAnthropic(base_url=gw.base, auth_token=CLIENT_KEY, max_retries=0) as claude:
+            await claude.messages.create(model="gpt-4o", max_tokens=64, messages=ask)  # type: ignore[arg-type]
+            assert sent() == {"api-key": CLIENT_KEY}  # a key: where Azure reads keys
+        async with gw.session.get(gw.base + "/v1/models", headers={"Authorization": f"Bearer {ENTRA}"}) as r:
+            assert r.status == 200
+        assert proxy.requests[-1].path.endswith("/models") and sent() == {"authorization": f"Bearer {ENTRA}"}
+    finally:
+        await proxy.close()

@@ -1394,12 +1394,13 @@ def _long_turn(i: int) -> tuple[dict[str, Any], dict[str, str]]:
     return {"model": "gpt-4o-mini", "messages": msgs}, {"session-id": "s-compressed"}
 
 
-async def test_a_sibling_that_answers_after_a_compress_and_retry_becomes_the_home(make_pool: MakePool) -> None:
+async def test_a_compress_and_retry_on_a_sibling_leaves_the_home_where_it_was(make_pool: MakePool) -> None:
     """The pick answered a 429 and its sibling refused the turn as over its context window: the
-    compress-and-retry there answered it, so the sibling's cache holds the compressed
-    conversation. The home stayed on the pick (that answer came after the pool had given back
-    the refusal), and the next turn, after the pick's reset, went there: a cache with nothing of
-    it. As a refusal sent again fixed (``answered_fixed``), the home follows the answer."""
+    compress-and-retry there answered it. The client sends the next turn whole again, which the
+    sibling's window refuses as it did this one, and whose prefix the pick's cache holds: the
+    home stays on the pick, and the next turns, after its reset, go there uncompressed in one
+    call. Moved to the sibling (as a fixed resend's answer moves it), every later turn was
+    refused and compressed there: two calls each, the conversation cut each time."""
     gw, fakes = await make_pool(names=("a", "b"), real_sleep=True)
     payload, headers = _long_turn(0)
     picked = _first_pick(payload, headers, ("a", "b"))
@@ -1411,13 +1412,14 @@ async def test_a_sibling_that_answers_after_a_compress_and_retry_becomes_the_hom
         used = estimate_tokens(p)
         return overflow_error(limit, used, None) if used > limit else None
 
-    fakes[sibling].always = window
+    fakes[sibling].always = window  # the sibling's window is the same on every turn
     status, h, _ = await gw.chat(payload, headers=headers)
     assert status == 200 and h["x-llm-upstream"] == sibling and h["x-llm-compressed"] == "true"
-    fakes[sibling].always = None
     await asyncio.sleep(1.2)  # the pick's reset: it may serve again
-    payload, headers = _long_turn(1)
-    status, h, _ = await gw.chat(payload, headers=headers)
-    assert status == 200 and h["x-llm-upstream"] == sibling
-    assert len(fakes[picked].chat_requests()) == 1  # the 429 only
-    assert len(fakes[sibling].chat_requests()) == 3  # refused, answered compressed, the next turn
+    for i in (1, 2):
+        payload, headers = _long_turn(i)
+        status, h, _ = await gw.chat(payload, headers=headers)
+        assert status == 200 and h["x-llm-upstream"] == picked and h["x-llm-attempts"] == "1"
+        assert "x-llm-compressed" not in h
+    assert len(fakes[picked].chat_requests()) == 3  # the 429, then the two turns
+    assert len(fakes[sibling].chat_requests()) == 2  # refused, answered compressed

@@ -997,6 +997,45 @@ async def test_a_pool_sit_out_learnt_while_redis_was_frozen_outlives_the_rejoin(
     await pb.close()
 
 
+async def test_the_least_size_refused_over_a_window_is_redis_s_whichever_replica_wrote_last(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """Two replicas' refusals of one deployment: Redis keeps the smaller size whichever wrote
+    last (read here and written over, the larger one replaced it), and the later end."""
+    a, b = patient_replicas
+    now = time.time() * 1000
+    assert await a.store.records_least("f:x/m", 40_000, now + 1_000, now) == (40_000, now + 1_000)
+    assert await b.store.records_least("f:x/m", 60_000, now + 2_000, now) == (40_000, now + 2_000)
+    assert await b.store.records_least("f:x/m", 30_000, now + 1_500, now) == (30_000, now + 2_000)
+    assert await a.store.records_least("f:x/m", 50_000, now + 9_000, now + 3_000) == (50_000, now + 9_000)  # ended
+    ttl = await a.store._r.pttl("t:d:f:x/m")
+    assert 6_000 < ttl <= 7_000  # to its end and a second
+
+
+async def test_a_size_refused_over_a_window_that_a_restarted_redis_lost_is_written_back(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """Redis restarted empty: read over with its nothing, the size one replica knew was lost to
+    the others, which paid the refused call again. It goes back at that replica's next read."""
+    from gateway.config import parse_config
+    from gateway.state.pools import OVER_WINDOW_MS, PoolState
+
+    a, b = patient_replicas
+    ups = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: key-{k}}}\n" for k in "xy")
+        + "pools: [{name: p, deployments: [x, y]}]\n", env={}).upstreams  # fmt: skip
+    pa, pb = (PoolState(r.store, time.time, time.monotonic, cache_s=0) for r in (a, b))
+    await pa.over_window(ups[0], "m", 40_000)
+    redis_server.flush()
+    await pa.refresh("p", ups, "m")  # Redis's nothing: written back, not read over
+    await pb.refresh("p", ups, "m")
+    now = time.time() * 1000
+    assert pb.too_big(ups[0], "m", 40_000, now) and not pb.too_big(ups[0], "m", 39_999, now)
+    assert 0 < await a.store._r.pttl("t:d:" + pa._over_key("x", "m")) <= OVER_WINDOW_MS + 1_000
+    await pa.close()
+    await pb.close()
+
+
 async def test_an_azure_reading_read_back_from_redis_is_unknown_and_its_429_says_nothing_past_its_wait(
     patient_replicas: tuple[Replica, Replica],
 ) -> None:

@@ -4,6 +4,7 @@ import pytest
 
 from gateway.config import UpstreamConfig
 from gateway.routing import Outbound, credential_moved, in_api, request_headers
+from gateway.routing.headers import is_jwt
 
 GOOGLE = ("x-goog-api-key", "")
 BEARER = ("Authorization", "Bearer ")
@@ -154,3 +155,79 @@ def test_a_key_header_the_config_names_takes_a_forwarded_credential_of_either_ki
         out = request_headers(client.items(), outbound, "rid", "messages", outbound.moves_to)
         assert {k: v for k, v in out.items() if k.lower() in ("authorization", "x-api-key")} == {
             header: template.format(token)}
+
+
+# Azure OpenAI takes an API key in `api-key` and a Microsoft Entra ID token as a bearer token
+# (config.AZURE_OPENAI_SUFFIX); a token moved to `api-key` (its default key_header) is refused.
+AZURE_OPEN = UpstreamConfig(name="z", base_url="https://res.openai.azure.com/openai/v1")
+ENTRA = "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJodHRwczovL2NvZ25pdGl2ZXNlcnZpY2VzIn0.c2ln-_x"
+AZKEY = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize(("token", "jwt"), [
+    (ENTRA, True),
+    ("eyJhbGciOiJub25lIn0.eyJzdWIiOiIxIn0.", True),  # unsigned: an empty third part
+    (AZKEY, False),
+    ("eyJhbGciOiJub25lIn0", False),  # one part
+    ("eyJa.b", False),  # two parts
+    ("abc.def.ghi", False),  # not a JSON header
+    ("eyJa.b.c.d", False),
+    ("eyJa.b c.d", False),
+    ("sk-ant-oat01-t", False),
+    ("", False),
+])  # fmt: skip
+def test_a_json_web_token_is_told_by_its_shape(token: str, jwt: bool) -> None:
+    assert is_jwt(token) is jwt
+
+
+@pytest.mark.parametrize(("client", "query_key", "sent"), [
+    ({"Authorization": f"Bearer {ENTRA}"}, None, {"Authorization": f"Bearer {ENTRA}"}),  # not to api-key
+    ({"authorization": f"bearer  {ENTRA}"}, None, {"Authorization": f"Bearer {ENTRA}"}),
+    ({"x-api-key": ENTRA}, None, {"Authorization": f"Bearer {ENTRA}"}),  # an anthropic SDK's
+    ({"api-key": ENTRA}, None, {"Authorization": f"Bearer {ENTRA}"}),
+    ({}, ENTRA, {"Authorization": f"Bearer {ENTRA}"}),
+    ({"Authorization": f"Bearer {AZKEY}"}, None, {"api-key": AZKEY}),  # a key: the host's key_header
+    ({"x-api-key": AZKEY}, None, {"api-key": AZKEY}),
+    ({}, AZKEY, {"api-key": AZKEY}),
+])  # fmt: skip
+@pytest.mark.parametrize("named", [None, "api-key"])
+def test_a_translated_requests_entra_id_token_reaches_azure_as_a_bearer_token(
+    client: dict[str, str], query_key: str | None, sent: dict[str, str], named: str | None
+) -> None:
+    """A key_header the config names changes nothing for a token: Azure reads one nowhere else."""
+    up = AZURE_OPEN if named is None else UpstreamConfig(name="z", base_url=AZURE_OPEN.base_url, key_header=named)
+    assert up.key_header_given is (named is not None)
+    outbound = Outbound.of(up)
+    assert outbound.moves_to == ("api-key", "")
+    names = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
+    out = request_headers(client.items(), outbound, "rid", "chat", outbound.moves_to, query_key)
+    assert {k: v for k, v in out.items() if k.lower() in names} == sent
+    listed = request_headers(client.items(), outbound, "rid")  # the model listing's, moved after
+    credential_moved(listed, outbound.moves_to, query_key, outbound.by_kind)
+    assert {k: v for k, v in listed.items() if k.lower() in names} == sent
+    assert list(in_api(request_headers(client.items(), outbound, "rid"), "chat", outbound.moves_to, query_key,
+                       outbound.by_kind).items()) == list(out.items())  # fmt: skip
+
+
+@pytest.mark.parametrize(("client", "sent"), [
+    ({"Authorization": f"Bearer {ENTRA}"}, {"Authorization": f"Bearer {ENTRA}"}),
+    ({"api-key": ENTRA}, {"Authorization": f"Bearer {ENTRA}"}),
+    ({"api-key": AZKEY}, {"api-key": AZKEY}),
+    ({"Authorization": f"Bearer {AZKEY}"}, {"Authorization": f"Bearer {AZKEY}"}),  # as it came
+    ({"api-key": ENTRA, "Authorization": f"Bearer {ENTRA}"}, {"api-key": ENTRA, "Authorization": f"Bearer {ENTRA}"}),
+])  # fmt: skip
+def test_an_azure_clients_own_credential_goes_as_it_came_but_a_token_in_api_key(
+    client: dict[str, str], sent: dict[str, str]
+) -> None:
+    out = request_headers(client.items(), Outbound.of(AZURE_OPEN), "rid")
+    assert {k: v for k, v in out.items() if k.lower() in ("authorization", "api-key")} == sent
+    # Elsewhere (an OpenAI-compatible server) nothing moves.
+    assert request_headers(client.items(), OPEN, "rid") == {**client, "X-Request-Id": "rid"}
+
+
+def test_an_azure_upstream_with_its_own_key_sends_that_key_whatever_the_client_sent() -> None:
+    up = UpstreamConfig.model_validate({"name": "z", "base_url": AZURE_OPEN.base_url, "api_key": AZKEY})
+    outbound = Outbound.of(up)
+    assert outbound.by_kind is None
+    out = request_headers({"Authorization": f"Bearer {ENTRA}"}.items(), outbound, "rid", "chat")
+    assert {k: v for k, v in out.items() if k.lower() in ("authorization", "api-key")} == {"api-key": AZKEY}

@@ -17,7 +17,7 @@ from gateway.config import parse_config
 from gateway.routing.pools import SitOut, relayed_scope
 from gateway.state import pools
 from gateway.state.memory import MemoryStore
-from gateway.state.pools import PoolState
+from gateway.state.pools import OVER_WINDOW_MS, PoolState
 
 T0 = 1_800_000_000.0
 MODEL = "gpt-4o-mini"
@@ -728,6 +728,9 @@ class LosingStore(SharedStore):
     async def records_sync(self, reads: Any, writes: Any = (), *a: Any, **kw: Any) -> Any:
         return await super().records_sync(reads, () if self.lost else writes, *a, **kw)
 
+    async def records_least(self, key: str, tokens: float, until_ms: float, now_ms: float) -> tuple[float, float]:
+        return (float(tokens), until_ms) if self.lost else await super().records_least(key, tokens, until_ms, now_ms)
+
 
 async def test_a_sit_out_the_store_lost_is_written_back_not_forgotten() -> None:
     """Learnt while Redis did not answer, a 429's sit-out was read over with Redis's nothing
@@ -825,3 +828,79 @@ async def test_a_size_refused_as_over_a_deployments_tokens_per_minute_is_known_t
     await b.fits_window(ups[0], MODEL)
     await a.refresh("p", ups, MODEL)
     assert not a.too_big(ups[0], MODEL, 90_000, now)
+
+
+async def test_a_usage_below_the_estimate_lowers_the_count_after_the_estimate_went_to_the_store() -> None:
+    """The estimate leaves this process with the next read (or flush), and a ``take`` puts it in
+    the store at once: a usage below it was then lost (the difference was kept at zero at
+    least), and an estimate far above the usage (bytes / 3.5 of a base64 image) held the
+    minute's count up to its end. The signed difference goes to the store."""
+    clock = Clock()
+    alone, _, _ = replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 1000}")
+    mark = alone.sent(ups[0], MODEL, 500)
+    await alone.refresh("p", ups, MODEL)  # a read while the answer is awaited
+    alone.used(ups[0], MODEL, mark, 500, 100)
+    assert alone.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.9)
+    await alone.refresh("p", ups, MODEL)
+    assert alone.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.9)
+    a, b, _ = shared_replicas(clock)
+    assert a.takes(ups[0], MODEL) and await a.take(ups[0], MODEL, 500)
+    mark = a.sent(ups[0], MODEL, 500, True)
+    a.used(ups[0], MODEL, mark, 500, 100)
+    await a.refresh("p", ups, MODEL)
+    await b.refresh("p", ups, MODEL)
+    for replica in (a, b):
+        assert replica.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.9)
+
+
+async def test_the_smallest_size_refused_over_a_window_is_kept_whichever_replica_refused_it() -> None:
+    """Taken from its own last read and written over, a replica that had not read another's
+    smaller refusal yet replaced it with its own larger one: the store keeps the least."""
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members()
+    await a.over_window(ups[0], MODEL, 40_000)
+    clock.now += 10
+    await b.over_window(ups[0], MODEL, 60_000)  # b had not read a's yet
+    now = clock.now * 1000
+    assert b.too_big(ups[0], MODEL, 50_000, now)  # told by the store's answer, no read needed
+    for replica in (a, b):
+        await replica.refresh("p", ups, MODEL)
+        assert replica.too_big(ups[0], MODEL, 50_000, now) and not replica.too_big(ups[0], MODEL, 39_999, now)
+    # The end is the later refusal's: the deployment refused within the last 5 minutes.
+    clock.now += OVER_WINDOW_MS / 1000 - 5
+    await a.refresh("p", ups, MODEL)
+    assert a.too_big(ups[0], MODEL, 50_000, clock.now * 1000)
+    clock.now += 6  # that memory ended: the next refusal's size is kept, larger or not
+    await b.over_window(ups[0], MODEL, 60_000)
+    await a.refresh("p", ups, MODEL)
+    now = clock.now * 1000
+    assert not a.too_big(ups[0], MODEL, 50_000, now) and a.too_big(ups[0], MODEL, 60_000, now)
+
+
+async def test_a_size_refused_while_the_store_was_away_is_written_back() -> None:
+    """As a sit-out: read over with the store's nothing at the rejoin, the refused size was
+    forgotten and every other replica's next large request paid the refused call again. Written
+    back as a refusal is, a smaller size another replica wrote meanwhile stays."""
+    clock = Clock()
+    store = LosingStore(clock)
+    a, b = PoolState(store, clock, clock), PoolState(store, clock, clock)
+    ups = members()
+    store.lost = True
+    await a.over_window(ups[0], MODEL, 40_000)
+    await a.over_window(ups[1], MODEL, 40_000)
+    store.lost = False
+    await b.over_window(ups[1], MODEL, 30_000)  # the store's, smaller: it stays
+    await a.refresh("p", ups, MODEL)  # the rejoin's read writes them back
+    now = clock.now * 1000
+    assert a.too_big(ups[0], MODEL, 50_000, now) and a.too_big(ups[1], MODEL, 35_000, now)
+    await b.refresh("p", ups, MODEL)
+    assert b.too_big(ups[0], MODEL, 40_000, now) and not b.too_big(ups[0], MODEL, 39_999, now)
+    assert b.too_big(ups[1], MODEL, 30_000, now)
+    syncs = store.syncs
+    await a.refresh("p", ups, MODEL)  # written once: the store holds them now
+    assert store.syncs == syncs + 1 and a.too_big(ups[0], MODEL, 40_000, now)
+    clock.now += OVER_WINDOW_MS / 1000 + 1  # past its end: nothing is written back
+    await a.refresh("p", ups, MODEL)
+    assert not a.too_big(ups[0], MODEL, 1_000_000, clock.now * 1000)
