@@ -146,7 +146,7 @@ async def _sent_pool(
     # turn and then held, on every replica (gateway/state/affinity.py): recomputed from the
     # weights instead, a reload that changed one moved live conversations, uncounted.
     table = pool.affinity if conversation and stored is None else None
-    home = table.get(conversation) if table is not None and conversation else None
+    home = await table.current(conversation, pool.names) if table is not None and conversation else None
     homed = table is None or home in pool.names  # else claimed once a deployment may serve
     decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
@@ -159,6 +159,8 @@ async def _sent_pool(
                  if (stored is None or up.cfg.name == stored) and up.cfg.name not in removed]  # fmt: skip
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
+        if table is not None and len(ready) < len(views):
+            table.saw_out([v.name for v in views if not v.serves_at(now_ms)])
         if back is not None:
             assert back.call is not None
             ready = [v for v in ready if v.name == back.call.up.cfg.name]

@@ -17,7 +17,9 @@ TTL in the store is extended with the pool's next read of its records
 round trip: one that another replica claimed or moved while the store had lost this one (Redis
 restarted empty or flushed, or down for that replica) is this table's from the next turn. Left
 to this copy, the two replicas sent the conversation's alternate turns to two keys for as long
-as it lasted (every turn a cache miss, measured with two replicas after a ``FLUSHALL``).
+as it lasted (every turn a cache miss, measured with two replicas after a ``FLUSHALL``). A home
+this process saw sitting out since it last read it is read back at the conversation's next turn
+here, before it is used (``current``): another replica may have moved it.
 With the memory store this table is the only copy.
 
 A conversation's first turn (no earlier answer in it) claims nothing in the store: it takes the
@@ -86,6 +88,9 @@ class AffinityTable:
         # only, not claimed in the shared store), the model and size in bytes of the largest
         # request its home answered here (None: none yet))
         self._items: OrderedDict[str, _Entry] = OrderedDict()
+        # deployment -> when this process last saw it sitting out (``saw_out``): a home read from
+        # the store before that may have been moved since by a replica its turn failed on.
+        self._outs: dict[str, float] = {}
 
     def _found(self, conversation: str) -> _Entry | None:
         found = self._items.get(conversation)
@@ -114,6 +119,32 @@ class AffinityTable:
         self._items[conversation] = (home, now, kept, main)
         self._items.move_to_end(conversation)
         return home
+
+    async def current(self, conversation: str, members: Collection[str]) -> str | None:
+        """``get``, but a home this process saw sitting out (``saw_out``) since it last read it
+        from the shared store is read back first, in one round trip (a ``claim`` proposing it),
+        only then: a replica whose turn the home failed has moved the conversation to the
+        sibling that answered (``move``), and the copy here would send the next turn back to the
+        old key once it serves again. Left to the keep, read back every ``_KEEP_EVERY_S``, the
+        other workers of 4 sent a conversation moved off a key limited for 3 s back there for
+        up to 10 s, alternating two keys (``bbbb!ccbbbccbcbc``, each change a cache write;
+        audit)."""
+        found = self._found(conversation)
+        if self._shared is not None and found is not None and found[2] is not None \
+                and self._outs.get(found[0], -1.0) > found[2]:  # fmt: skip
+            home, _, _ = await self._shared.claim_home(self._pool, conversation, found[0], tuple(members),
+                                                       self._idle_s)  # fmt: skip
+            # The conversation's main model is what it was, whichever key holds it now.
+            self.bind(conversation, home, main=found[3])
+        return self.get(conversation)
+
+    def saw_out(self, deployments: Collection[str]) -> None:
+        """``deployments`` sit out now, as this process reads the pool's records (no I/O): a
+        conversation homed on one reads its home back at its next turn here (``current``)."""
+        if deployments and self._shared is not None:
+            now = self._clock()
+            for name in deployments:
+                self._outs[name] = now
 
     async def claim(self, conversation: str, proposed: str,
                     members: Collection[str]) -> tuple[str, bool, str | None]:  # fmt: skip
@@ -225,4 +256,5 @@ class AffinityTable:
         table = AffinityTable(max_entries, idle_s, self._clock, self._pool, self._shared)
         for conversation, entry in list(self._items.items())[-max_entries:]:
             table._items[conversation] = entry
+        table._outs = self._outs
         return table

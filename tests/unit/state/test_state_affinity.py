@@ -371,6 +371,38 @@ async def test_a_move_never_takes_a_home_another_replica_set_since() -> None:
     assert a.get("id:1") == "key-a"
 
 
+async def test_a_home_seen_sitting_out_is_read_back_once_at_the_next_turn_so_another_replicas_move_is_followed() -> None:
+    """Workers of 4 sharing Redis: B's turn met key-b's 429 and moved the conversation to key-c;
+    A, which had read key-b sitting out with the pool's records, kept its own copy and sent
+    its turns back to key-b once it served again, for up to 10 s (``bbbb!ccbbbccbcbc``, audit).
+    Now A reads the home back at the conversation's next turn here, one round trip, only then."""
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b", "key-c")
+    for table in (a, b):
+        assert await table.claim("id:1", "key-b", members) == ("key-b", table is a, None)
+        await table.claim("id:2", "key-a", members)
+    clock.now += 1
+    assert await b.move("id:1", "key-b", "key-c", members) == "key-c"
+    clock.now += 0.5
+    a.saw_out(["key-b"])  # A's pool read found key-b sitting out
+    clock.now += 3  # its 429's reset is past: key-b serves again, and A's keep is 10 s away
+    claims = store.claims
+    assert await a.current("id:1", members) == "key-c"
+    assert store.claims == claims + 1
+    clock.now += 1
+    assert await a.current("id:1", members) == "key-c"  # read once: no round trip more
+    assert await a.current("id:2", members) == "key-a"  # homed on a key that never sat out
+    assert store.claims == claims + 1
+    # Unshared, the table is the only copy: nothing to read back, and nothing noted.
+    alone, _ = replica(MemoryStore(clock), clock)
+    await alone.claim("id:1", "key-b", members)
+    alone.saw_out(["key-b"])
+    clock.now += 1
+    assert await alone.current("id:1", members) == "key-b"
+
+
 async def test_in_one_process_a_move_is_the_tables_alone() -> None:
     clock = Clock()
     table, _ = replica(MemoryStore(clock), clock)
