@@ -377,8 +377,7 @@ async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conv
     if up.cfg.name == home:
         table.answered(conversation, home, model, size)
         return
-    if broke is not None:
-        svc.telemetry.affinity_breaks.labels(pool.cfg.name, broke).inc()
+    moved = True  # a break that moves nothing (a side call) is this request's own
     # The sibling that answered holds the conversation's prefix now, and the home's copy ages
     # out of reach (a 5-minute TTL; a 20-block lookback from the last breakpoint:
     # https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). Going home after its
@@ -391,7 +390,11 @@ async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conv
     # request chose, where nothing was cached at all.
     follows = table.follows(conversation, model)
     if held_elsewhere or follows or (follows is None and broke is None):
-        await table.move(conversation, home, up.cfg.name, pool.names, (model, size))
+        _, moved = await table.move(conversation, home, up.cfg.name, pool.names, (model, size))
+    # A move another replica or worker made already (its turn met the same sit-out first) is
+    # that one's break: counted by each, 3 moves read as 6 breaks (audit).
+    if broke is not None and moved:
+        svc.telemetry.affinity_breaks.labels(pool.cfg.name, broke).inc()
 
 
 async def continuing(svc: Services, state: RequestState, route: Route,

@@ -68,7 +68,7 @@ class Homes(Protocol):
                          ttl_s: float) -> tuple[str, bool, str | None]: ...  # fmt: skip
 
     async def move_home(self, pool: str, conversation: str, frm: str, to: str, members: Sequence[str],
-                        ttl_s: float) -> str: ...  # fmt: skip
+                        ttl_s: float) -> tuple[str, bool]: ...  # fmt: skip
 
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None: ...
 
@@ -130,13 +130,21 @@ class AffinityTable:
         up to 10 s, alternating two keys (``bbbb!ccbbbccbcbc``, each change a cache write;
         audit)."""
         found = self._found(conversation)
-        if self._shared is not None and found is not None and found[2] is not None \
-                and self._outs.get(found[0], -1.0) > found[2]:  # fmt: skip
-            home, _, _ = await self._shared.claim_home(self._pool, conversation, found[0], tuple(members),
-                                                       self._idle_s)  # fmt: skip
-            # The conversation's main model is what it was, whichever key holds it now.
-            self.bind(conversation, home, main=found[3])
+        if found is not None and found[2] is not None and self._outs.get(found[0], -1.0) > found[2]:
+            await self.read_back(conversation, members)
         return self.get(conversation)
+
+    async def read_back(self, conversation: str, members: Collection[str]) -> str | None:
+        """The conversation's home as the shared store holds it now (one round trip: a ``claim``
+        proposing this table's), kept here; None when unshared or not known here."""
+        found = self._found(conversation)
+        if self._shared is None or found is None or found[2] is None:
+            return None
+        home, _, _ = await self._shared.claim_home(self._pool, conversation, found[0], tuple(members),
+                                                   self._idle_s)  # fmt: skip
+        # The conversation's main model is what it was, whichever key holds it now.
+        self.bind(conversation, home, main=found[3])
+        return home
 
     def saw_out(self, deployments: Collection[str]) -> None:
         """``deployments`` sit out now, as this process reads the pool's records (no I/O): a
@@ -170,17 +178,22 @@ class AffinityTable:
         return home, new, replaced
 
     async def move(self, conversation: str, frm: str, to: str, members: Sequence[str],
-                   main: tuple[str, int] | None = None) -> str:  # fmt: skip
+                   main: tuple[str, int] | None = None) -> tuple[str, bool]:  # fmt: skip
         """The home ``frm`` failed or sat out a turn, and ``to`` answered it: ``to`` holds the
         conversation's cache and is its home from now on, for every replica (claimed in the
         shared store: one round trip, only for such a turn), unless another replica set another
-        home since. ``main``: the model and size of the turn (``answered``). Returns the home."""
-        home = to
+        home since. ``main``: the model and size of the turn (``answered``). Returns the home,
+        and whether this call moved it: False when another replica's move had (to ``to``
+        itself, as each replica whose turn met the same sit-out does), so that the move is
+        counted once, by the replica that made it."""
         if self._shared is not None:
-            home = await self._shared.move_home(self._pool, conversation, frm, to, tuple(members),
-                                                self._idle_s)  # fmt: skip
+            home, moved = await self._shared.move_home(self._pool, conversation, frm, to, tuple(members),
+                                                       self._idle_s)  # fmt: skip
+        else:
+            known = self._items.get(conversation)
+            home, moved = to, known is None or known[0] != to
         self.bind(conversation, home, main=main if home == to else None)
-        return home
+        return home, moved
 
     def answered(self, conversation: str, home: str, model: str, size: int) -> None:
         """Its home ``home`` answered a request for ``model`` of ``size`` bytes: the largest so
