@@ -744,10 +744,10 @@ def _unclaimed(svc: Services, pool: PoolRuntime, table: AffinityTable, conversat
     may serve by then): a first turn that took another (the first sat out, or its circuit was
     open) claims it at once, one round trip; held, its second turn elsewhere was homed on the
     first, away from its cache (6 conversations of 30, one key limited for 3 s, measured).
-    Under ``least_busy``, ``latency`` and ``headroom`` each replica's pick is its own, and
-    claimed at every first turn a one-turn request would cost a round trip and a key in the
-    store again: held, such a conversation may move once. Without a shared store the table is
-    the only copy: nothing to claim."""
+    Under ``least_busy``, ``latency`` and ``headroom`` the pick depends on each replica's own
+    view too (``good_now``), and claimed at every first turn a one-turn request would cost a
+    round trip and a key in the store again: held, such a conversation may move once. Without
+    a shared store the table is the only copy: nothing to claim."""
     if pool.cfg.strategy != "weighted" or not table.shared:
         return True
     return first_home(pool.cfg.strategy, views, svc.rand, conversation).name == proposed

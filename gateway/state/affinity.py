@@ -1,7 +1,8 @@
 """Each conversation's home: the deployment of a pool that holds its prompt cache.
 
-A conversation's home is decided once, by the pool's strategy at its first turn (under
-``weighted`` the first of its key's rendezvous order, so replicas meeting it at once agree),
+A conversation's home is decided once, at its first turn: the first of its key's rendezvous
+order among the deployments the pool's strategy finds good then (routing/pools.py's
+``first_home``), so replicas and workers seeing about the same state agree,
 and then held here: a reload that changes a weight or adds a deployment leaves it where its
 cache is, on every replica. Only a removed home is replaced (``claim``, which says so).
 
