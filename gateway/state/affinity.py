@@ -23,16 +23,16 @@ this process saw sitting out since it last read it is read back at the conversat
 here, before it is used (``current``): another replica may have moved it.
 With the memory store this table is the only copy.
 
-A conversation's first turn (no earlier answer in it) claims nothing in the store: it takes the
-strategy's pick and this table only ``hold``s it, unshared. Claimed at every first turn, each
-one-turn request (batch, evaluation traffic: a conversation of its own each) cost a round trip
+A conversation's first turn (no earlier answer in it) claims nothing in the store: it takes its
+first home (``first_home``) and this table only ``hold``s it, unshared. Claimed at every first
+turn, each one-turn request (batch, evaluation traffic: a conversation of its own each) cost a round trip
 and left a key in Redis for ``idle_s`` (600 one-turn requests: 610 keys; at 1,000 a second
 about 430 MB, which an eviction policy would make room for by evicting ledger keys). Its second
-turn claims, proposing the held home here, elsewhere the strategy's pick: under ``weighted``
+turn claims, proposing the held home here, elsewhere its ``first_home``: under ``weighted``
 the same rendezvous pick while the weights are unchanged (a first turn that took another, its
 first sitting out, claims at once: pipeline/pool.py's ``_unclaimed``); under the per-replica
-strategies (``least_busy``, ``latency``, ``headroom``) a second turn on another replica may be
-homed away from the first turn's cache, once.
+strategies (``least_busy``, ``latency``, ``headroom``) a second turn on another replica whose
+view finds other deployments good may be homed away from the first turn's cache, once.
 
 A home is the deployment that answered: a turn that held or claimed the strategy's pick and was
 answered by a sibling (the pick failed) ``move``s the home to that sibling, in the store too
