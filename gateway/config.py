@@ -1839,8 +1839,10 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
     if workers > 1 and cfg.state.backend == "memory":
         out.append(
             f"server.workers is {workers} with state.backend memory: each worker keeps its own circuits, "
-            "loop-breaker memory and rate-limit resets (a retry that lands on another worker is sent "
-            "again; an outage is learnt once per worker); state: {backend: redis} shares them"
+            "loop-breaker memory, rate-limit resets and pools' conversation homes (a retry that lands on "
+            "another worker is sent again; an outage is learnt once per worker; a conversation a rate limit "
+            "moved off its key goes back there on the workers that did not see it, away from its prompt "
+            "cache); state: {backend: redis} shares them"
         )
     out += _budgets_in_memory(cfg) + _unpriced(cfg)
     return out

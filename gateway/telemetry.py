@@ -458,7 +458,8 @@ class Telemetry:
         )  # fmt: skip
         self.affinity_breaks = Counter(
             p + "affinity_breaks", "Conversations served away from the deployment that holds their "
-            "prompt cache, by why: failed, rate_limit, headroom, budget, auth, model_missing, circuit_open, "
+            "prompt cache (a move once, by the replica or worker whose turn stored it), by why: failed, "
+            "rate_limit, headroom, budget, auth, model_missing, circuit_open, "
             "removed (a reload took it out of the pool), head_cut (a Gemini CLI request went past it for a "
             "head cut remembered: docs/streaming.md), tokens_per_minute (it refused a request this large as "
             "over its tokens per minute lately: docs/pools.md).",

@@ -146,7 +146,7 @@ async def _sent_pool(
     # turn and then held, on every replica (gateway/state/affinity.py): recomputed from the
     # weights instead, a reload that changed one moved live conversations, uncounted.
     table = pool.affinity if conversation and stored is None else None
-    home = table.get(conversation) if table is not None and conversation else None
+    home = await table.current(conversation, pool.names) if table is not None and conversation else None
     homed = table is None or home in pool.names  # else claimed once a deployment may serve
     decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
@@ -161,6 +161,8 @@ async def _sent_pool(
                  if (stored is None or up.cfg.name == stored) and up.cfg.name not in removed]  # fmt: skip
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
+        if table is not None and len(ready) < len(views):
+            table.saw_out([v.name for v in views if not v.serves_at(now_ms)])
         if back is not None:
             assert back.call is not None
             ready = [v for v in ready if v.name == back.call.up.cfg.name]
@@ -392,8 +394,7 @@ async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conv
     if up.cfg.name == home:
         table.answered(conversation, home, model, size)
         return
-    if broke is not None:
-        svc.telemetry.affinity_breaks.labels(pool.cfg.name, broke).inc()
+    moved = True  # a break that moves nothing (a side call) is this request's own
     # The sibling that answered holds the conversation's prefix now, and the home's copy ages
     # out of reach (a 5-minute TTL; a 20-block lookback from the last breakpoint:
     # https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). Going home after its
@@ -406,7 +407,11 @@ async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conv
     # request chose, where nothing was cached at all.
     follows = table.follows(conversation, model)
     if held_elsewhere or follows or (follows is None and broke is None):
-        await table.move(conversation, home, up.cfg.name, pool.names, (model, size))
+        _, moved = await table.move(conversation, home, up.cfg.name, pool.names, (model, size))
+    # A move another replica or worker made already (its turn met the same sit-out first) is
+    # that one's break: counted by each, 3 moves read as 6 breaks (audit).
+    if broke is not None and moved:
+        svc.telemetry.affinity_breaks.labels(pool.cfg.name, broke).inc()
 
 
 async def continuing(svc: Services, state: RequestState, route: Route,
@@ -756,10 +761,10 @@ def _unclaimed(svc: Services, pool: PoolRuntime, table: AffinityTable, conversat
     may serve by then): a first turn that took another (the first sat out, or its circuit was
     open) claims it at once, one round trip; held, its second turn elsewhere was homed on the
     first, away from its cache (6 conversations of 30, one key limited for 3 s, measured).
-    Under ``least_busy``, ``latency`` and ``headroom`` each replica's pick is its own, and
-    claimed at every first turn a one-turn request would cost a round trip and a key in the
-    store again: held, such a conversation may move once. Without a shared store the table is
-    the only copy: nothing to claim."""
+    Under ``least_busy``, ``latency`` and ``headroom`` the pick depends on each replica's own
+    view too (``good_now``), and claimed at every first turn a one-turn request would cost a
+    round trip and a key in the store again: held, such a conversation may move once. Without
+    a shared store the table is the only copy: nothing to claim."""
     if pool.cfg.strategy != "weighted" or not table.shared:
         return True
     return first_home(pool.cfg.strategy, views, svc.rand, conversation).name == proposed

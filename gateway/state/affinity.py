@@ -1,7 +1,8 @@
 """Each conversation's home: the deployment of a pool that holds its prompt cache.
 
-A conversation's home is decided once, by the pool's strategy at its first turn (under
-``weighted`` the first of its key's rendezvous order, so replicas meeting it at once agree),
+A conversation's home is decided once, at its first turn: the first of its key's rendezvous
+order among the deployments the pool's strategy finds good then (routing/pools.py's
+``first_home``), so replicas and workers seeing about the same state agree,
 and then held here: a reload that changes a weight or adds a deployment leaves it where its
 cache is, on every replica. Only a removed home is replaced (``claim``, which says so).
 
@@ -17,19 +18,21 @@ TTL in the store is extended with the pool's next read of its records
 round trip: one that another replica claimed or moved while the store had lost this one (Redis
 restarted empty or flushed, or down for that replica) is this table's from the next turn. Left
 to this copy, the two replicas sent the conversation's alternate turns to two keys for as long
-as it lasted (every turn a cache miss, measured with two replicas after a ``FLUSHALL``).
+as it lasted (every turn a cache miss, measured with two replicas after a ``FLUSHALL``). A home
+this process saw sitting out since it last read it is read back at the conversation's next turn
+here, before it is used (``current``): another replica may have moved it.
 With the memory store this table is the only copy.
 
-A conversation's first turn (no earlier answer in it) claims nothing in the store: it takes the
-strategy's pick and this table only ``hold``s it, unshared. Claimed at every first turn, each
-one-turn request (batch, evaluation traffic: a conversation of its own each) cost a round trip
+A conversation's first turn (no earlier answer in it) claims nothing in the store: it takes its
+first home (``first_home``) and this table only ``hold``s it, unshared. Claimed at every first
+turn, each one-turn request (batch, evaluation traffic: a conversation of its own each) cost a round trip
 and left a key in Redis for ``idle_s`` (600 one-turn requests: 610 keys; at 1,000 a second
 about 430 MB, which an eviction policy would make room for by evicting ledger keys). Its second
-turn claims, proposing the held home here, elsewhere the strategy's pick: under ``weighted``
+turn claims, proposing the held home here, elsewhere its ``first_home``: under ``weighted``
 the same rendezvous pick while the weights are unchanged (a first turn that took another, its
 first sitting out, claims at once: pipeline/pool.py's ``_unclaimed``); under the per-replica
-strategies (``least_busy``, ``latency``, ``headroom``) a second turn on another replica may be
-homed away from the first turn's cache, once.
+strategies (``least_busy``, ``latency``, ``headroom``) a second turn on another replica whose
+view finds other deployments good may be homed away from the first turn's cache, once.
 
 A home is the deployment that answered: a turn that held or claimed the strategy's pick and was
 answered by a sibling (the pick failed) ``move``s the home to that sibling, in the store too
@@ -66,7 +69,7 @@ class Homes(Protocol):
                          ttl_s: float) -> tuple[str, bool, str | None]: ...  # fmt: skip
 
     async def move_home(self, pool: str, conversation: str, frm: str, to: str, members: Sequence[str],
-                        ttl_s: float) -> str: ...  # fmt: skip
+                        ttl_s: float) -> tuple[str, bool]: ...  # fmt: skip
 
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None: ...
 
@@ -86,6 +89,9 @@ class AffinityTable:
         # only, not claimed in the shared store), the model and size in bytes of the largest
         # request its home answered here (None: none yet))
         self._items: OrderedDict[str, _Entry] = OrderedDict()
+        # deployment -> when this process last saw it sitting out (``saw_out``): a home read from
+        # the store before that may have been moved since by a replica its turn failed on.
+        self._outs: dict[str, float] = {}
 
     def _found(self, conversation: str) -> _Entry | None:
         found = self._items.get(conversation)
@@ -115,6 +121,40 @@ class AffinityTable:
         self._items.move_to_end(conversation)
         return home
 
+    async def current(self, conversation: str, members: Collection[str]) -> str | None:
+        """``get``, but a home this process saw sitting out (``saw_out``) since it last read it
+        from the shared store is read back first, in one round trip (a ``claim`` proposing it),
+        only then: a replica whose turn the home failed has moved the conversation to the
+        sibling that answered (``move``), and the copy here would send the next turn back to the
+        old key once it serves again. Left to the keep, read back every ``_KEEP_EVERY_S``, the
+        other workers of 4 sent a conversation moved off a key limited for 3 s back there for
+        up to 10 s, alternating two keys (``bbbb!ccbbbccbcbc``, each change a cache write;
+        audit)."""
+        found = self._found(conversation)
+        if found is not None and found[2] is not None and self._outs.get(found[0], -1.0) > found[2]:
+            await self.read_back(conversation, members)
+        return self.get(conversation)
+
+    async def read_back(self, conversation: str, members: Collection[str]) -> str | None:
+        """The conversation's home as the shared store holds it now (one round trip: a ``claim``
+        proposing this table's), kept here; None when unshared or not known here."""
+        found = self._found(conversation)
+        if self._shared is None or found is None or found[2] is None:
+            return None
+        home, _, _ = await self._shared.claim_home(self._pool, conversation, found[0], tuple(members),
+                                                   self._idle_s)  # fmt: skip
+        # The conversation's main model is what it was, whichever key holds it now.
+        self.bind(conversation, home, main=found[3])
+        return home
+
+    def saw_out(self, deployments: Collection[str]) -> None:
+        """``deployments`` sit out now, as this process reads the pool's records (no I/O): a
+        conversation homed on one reads its home back at its next turn here (``current``)."""
+        if deployments and self._shared is not None:
+            now = self._clock()
+            for name in deployments:
+                self._outs[name] = now
+
     async def claim(self, conversation: str, proposed: str,
                     members: Collection[str]) -> tuple[str, bool, str | None]:  # fmt: skip
         """The conversation's home among ``members``: the one already held (by this table, or,
@@ -139,17 +179,22 @@ class AffinityTable:
         return home, new, replaced
 
     async def move(self, conversation: str, frm: str, to: str, members: Sequence[str],
-                   main: tuple[str, int] | None = None) -> str:  # fmt: skip
+                   main: tuple[str, int] | None = None) -> tuple[str, bool]:  # fmt: skip
         """The home ``frm`` failed or sat out a turn, and ``to`` answered it: ``to`` holds the
         conversation's cache and is its home from now on, for every replica (claimed in the
         shared store: one round trip, only for such a turn), unless another replica set another
-        home since. ``main``: the model and size of the turn (``answered``). Returns the home."""
-        home = to
+        home since. ``main``: the model and size of the turn (``answered``). Returns the home,
+        and whether this call moved it: False when another replica's move had (to ``to``
+        itself, as each replica whose turn met the same sit-out does), so that the move is
+        counted once, by the replica that made it."""
         if self._shared is not None:
-            home = await self._shared.move_home(self._pool, conversation, frm, to, tuple(members),
-                                                self._idle_s)  # fmt: skip
+            home, moved = await self._shared.move_home(self._pool, conversation, frm, to, tuple(members),
+                                                       self._idle_s)  # fmt: skip
+        else:
+            known = self._items.get(conversation)
+            home, moved = to, known is None or known[0] != to
         self.bind(conversation, home, main=main if home == to else None)
-        return home
+        return home, moved
 
     def answered(self, conversation: str, home: str, model: str, size: int) -> None:
         """Its home ``home`` answered a request for ``model`` of ``size`` bytes: the largest so
@@ -225,4 +270,5 @@ class AffinityTable:
         table = AffinityTable(max_entries, idle_s, self._clock, self._pool, self._shared)
         for conversation, entry in list(self._items.items())[-max_entries:]:
             table._items[conversation] = entry
+        table._outs = self._outs
         return table

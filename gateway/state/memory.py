@@ -267,13 +267,14 @@ class MemoryStore:
         self._homes.put(key, proposed, ttl_s)
         return proposed, True, home
 
-    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str],
+                        ttl_s: float) -> tuple[str, bool]:  # fmt: skip
         home = self._homes.get(key)
         if home is not None and home != frm and home in members:
             self._homes.put(key, home, ttl_s)
-            return home
+            return home, False
         self._homes.put(key, to, ttl_s)
-        return to
+        return to, True
 
     async def stored_put(self, key: str, deployment: str, ttl_s: float) -> None:
         self._stored.put(key, deployment, ttl_s)

@@ -237,9 +237,10 @@ class PoolState:
         return await self.store.home_claim(self._home(pool, conversation), proposed, members, ttl_s)
 
     async def move_home(self, pool: str, conversation: str, frm: str, to: str, members: Sequence[str],
-                        ttl_s: float) -> str:  # fmt: skip
+                        ttl_s: float) -> tuple[str, bool]:  # fmt: skip
         """``to`` as the conversation's home for every replica, in place of ``frm`` (which did not
-        answer its turn), unless another replica set another member since; the home now."""
+        answer its turn), unless another replica set another member since; the home now, and
+        whether this call moved it (else another replica's move had, to it or elsewhere)."""
         return await self.store.home_move(self._home(pool, conversation), frm, to, members, ttl_s)
 
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None:

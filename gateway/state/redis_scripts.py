@@ -325,18 +325,19 @@ return {ARGV[1], 1, cur or ''}
 # A home that did not answer its conversation's turn moved to the deployment that did (ARGV[2]),
 # unless another home than the one that failed (ARGV[1]) is stored and a member of the pool
 # (ARGV[4..]): another replica's turn moved it since, and it stays. ARGV[3]: the TTL in ms.
+# Returned with 1 when this call stored it, else 0 (the break is the replica's that moved it).
 HOME_MOVE = """
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then
   for i = 4, #ARGV do
     if ARGV[i] == cur then
       redis.call('PEXPIRE', KEYS[1], ARGV[3])
-      return cur
+      return {cur, 0}
     end
   end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return ARGV[2]
+return {ARGV[2], 1}
 """
 
 ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_KEEP, LEDGER_OWED, LEDGER_FLOOR, RECORDS_TAKE,

@@ -779,13 +779,15 @@ class RedisStore:
         # Not mirrored: the pool's own table holds what this replica knows of its conversations.
         return await self._guard("home_claim", remote, alone)
 
-    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
-        async def remote() -> str:
-            home = await self._home_move(keys=[self._p + "home:" + key], args=[frm, to, _ms(ttl_s), *members])
-            return home.decode() if isinstance(home, bytes) else str(home)
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str],
+                        ttl_s: float) -> tuple[str, bool]:  # fmt: skip
+        async def remote() -> tuple[str, bool]:
+            home, moved = await self._home_move(keys=[self._p + "home:" + key],
+                                                args=[frm, to, _ms(ttl_s), *members])  # fmt: skip
+            return (home.decode() if isinstance(home, bytes) else str(home)), bool(moved)
 
-        async def alone() -> str:
-            return to  # as a claim while Redis is down: the pool's table keeps what it decided
+        async def alone() -> tuple[str, bool]:
+            return to, True  # as a claim while Redis is down: the pool's table keeps what it decided
 
         return await self._guard("home_move", remote, alone)
 

@@ -115,10 +115,11 @@ class StateStore(Protocol):
         it was stored now, the one it replaced: a home that is no longer a member, else None)."""
         ...
 
-    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str],
+                        ttl_s: float) -> tuple[str, bool]:  # fmt: skip
         """Atomically: ``to`` stored as the home under ``key`` for ``ttl_s`` unless another home
         than ``frm`` is stored there that is one of ``members`` (another replica's, set since:
-        kept, its TTL extended); then the home stored."""
+        kept, its TTL extended); then the home stored, and whether this call stored it."""
         ...
 
     async def stored_put(self, key: str, deployment: str, ttl_s: float) -> None:

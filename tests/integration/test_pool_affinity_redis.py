@@ -321,6 +321,85 @@ def test_a_home_another_replica_moved_after_redis_lost_it_is_followed_by_both(re
     assert all(v[-4:] == [homes[s]] * 4 for s, v in served.items()), (homes, served)
 
 
+def test_a_move_after_a_rate_limit_is_followed_by_the_other_replica_from_its_next_turn(replicas: Replicas) -> None:
+    """Fault (workers of 4 sharing Redis, audit): B's turn met the home's 429 and moved the
+    conversation to a sibling; A, which knew the conversation and read the home sitting out with
+    its pool's records (another conversation's request), kept its own copy and sent the next
+    turns it served back to the old key once it served again, for up to 10 s: two keys
+    alternating (``bbbb!ccbbbccbcbc``), each change a cache write. A reads the home back at the
+    conversation's next turn there, before using it."""
+    from gateway.routing.affinity import conversation_key
+    from gateway.routing.pools import Deployment, _rendezvous
+
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    deployments = [Deployment(i, f"key-{n}") for i, n in enumerate("abc")]
+
+    def first(session: str) -> str:
+        key = conversation_key("chat", {"session-id": session}, {})
+        assert key is not None
+        return _rendezvous(deployments, key)[0].name
+
+    session = next(s for s in (f"session {i}" for i in range(100)) if first(s) == "key-a")
+    other = next(s for s in (f"other {i}" for i in range(100)) if first(s) != "key-a")
+
+    def turn(replica: int, session: str, t: int) -> str:
+        messages: list[dict[str, str]] = [{"role": "user", "content": "fix the test"}]
+        for k in range(t):
+            messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
+        r = clients[replica].chat.completions.with_raw_response.create(
+            model="m-1", messages=messages, max_tokens=10, extra_headers={"session-id": session})  # type: ignore[arg-type]
+        return str(r.headers["x-llm-upstream"])
+
+    assert [turn(r, session, t) for t, r in ((0, 0), (1, 1), (2, 0))] == ["key-a"] * 3  # both know it
+    reset = time.time() + 2
+    replicas.fake.keys.limited_until("sk-a", reset)
+    moved = turn(1, session, 3)  # B: key-a answers 429, a sibling answers, the home moves there
+    assert moved != "key-a"
+    time.sleep(0.3)  # past A's last read of the pool's records (state.cache_ms)
+    turn(0, other, 1)  # A reads key-a sitting out with its pool's records
+    time.sleep(max(0.0, reset - time.time()) + 0.3)  # key-a serves again; A's keep is 10 s away
+    assert [turn(t % 2, session, t) for t in range(4, 8)] == [moved] * 4
+    assert _breaks(replicas.a).get("rate_limit", 0) + _breaks(replicas.b).get("rate_limit", 0) \
+        + _breaks(replicas.a).get("failed", 0) + _breaks(replicas.b).get("failed", 0) == 1  # fmt: skip
+
+
+def test_one_move_met_on_both_replicas_is_one_break(replicas: Replicas) -> None:
+    """Fault (audit): each replica whose turn met the home sitting out moved the conversation to
+    the same sibling, and each counted the break: 3 moves read as 6. The replica that finds the
+    move made already in Redis counts nothing."""
+    from gateway.routing.affinity import conversation_key
+    from gateway.routing.pools import Deployment, _rendezvous
+
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    deployments = [Deployment(i, f"key-{n}") for i, n in enumerate("abc")]
+
+    def first(session: str) -> str:
+        key = conversation_key("chat", {"session-id": session}, {})
+        assert key is not None
+        return _rendezvous(deployments, key)[0].name
+
+    session = next(s for s in (f"session {i}" for i in range(100)) if first(s) == "key-a")
+
+    def turn(replica: int, t: int) -> str:
+        messages: list[dict[str, str]] = [{"role": "user", "content": "fix the test"}]
+        for k in range(t):
+            messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
+        r = clients[replica].chat.completions.with_raw_response.create(
+            model="m-1", messages=messages, max_tokens=10, extra_headers={"session-id": session})  # type: ignore[arg-type]
+        return str(r.headers["x-llm-upstream"])
+
+    assert [turn(r, t) for t, r in ((0, 0), (1, 1), (2, 0))] == ["key-a"] * 3  # both know it
+    replicas.fake.keys.limited_until("sk-a", time.time() + 10)
+    moved = turn(1, 3)  # B: key-a answers 429, the sibling answers: B moves the home
+    assert moved != "key-a"
+    time.sleep(0.3)  # past A's last read of the pool's records (state.cache_ms)
+    assert turn(0, 4) == moved  # A: key-a sits out, the same sibling answers, the home is there already
+    breaks = [_breaks(gw) for gw in (replicas.a, replicas.b)]
+    assert sum(sum(b.values()) for b in breaks) == 1, breaks
+
+
 def test_a_chained_turn_whose_mapping_redis_lost_is_answered_on_the_other_replica(replicas: Replicas) -> None:
     """Audit (pools, 2026-11-30): Redis lost the response -> key mappings (flushed here, a restart
     that kept nothing alike), and a chained turn on the replica that had not made its previous

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -362,6 +363,39 @@ async def test_many_conversations_spread_over_the_pool_by_weight(make_pool: Make
         assert (await gw.chat(payload, headers=headers))[0] == 200
     calls = _calls(fakes)
     assert calls["a"] > calls["b"] and calls["a"] > calls["c"] and min(calls.values()) > 10
+
+
+async def test_two_workers_each_with_its_own_table_keep_a_conversation_on_one_key(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    """Fault (audit, ``server.workers: 4`` on the memory backend): each worker keeps its own
+    table, and SO_REUSEPORT hands a conversation's turns to any of them. A worker meeting a
+    conversation it did not know took its strategy's pick from its own view and random draw, so
+    under ``headroom`` 23 of 60 turns changed keys (22 ``least_busy``), each a cache write. Two
+    gateways here, each its own memory state and its own draws, the turns alternating: every
+    conversation stays on one key."""
+    fakes = {n: await FakeUpstream().start() for n in "abc"}
+    try:
+        for f in fakes.values():
+            f.always = Reply(200, _completion(), {"x-ratelimit-limit-requests": "1000",
+                                                  "x-ratelimit-remaining-requests": "900",
+                                                  "x-ratelimit-reset-requests": "6m0s"})  # fmt: skip
+        upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, models: ['gpt-*']}}\n"
+                            for n, f in fakes.items())  # fmt: skip
+        for strategy in ("least_busy", "headroom"):
+            pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [a, b, c], strategy: {strategy}}}\n"
+            workers = [await make_gateway(pools, fake=fakes["a"], upstreams=upstreams, rand=random.Random(seed).random)
+                       for seed in (1, 2)]  # fmt: skip
+            served: dict[str, list[str]] = {}
+            for i in range(8):
+                for t in range(4):
+                    payload, headers = _turn(t, session=f"{strategy}-{i}")
+                    status, h, _ = await workers[t % 2].chat(payload, headers=headers)
+                    assert status == 200
+                    served.setdefault(f"{strategy}-{i}", []).append(h["x-llm-upstream"])
+            assert all(len(set(keys)) == 1 for keys in served.values()), (strategy, served)
+            assert len({keys[0] for keys in served.values()}) > 1, (strategy, served)  # still spread
+    finally:
+        for f in fakes.values():
+            await f.close()
 
 
 async def test_a_conversation_moves_only_when_its_deployment_cannot_serve_and_the_break_is_counted(

@@ -810,13 +810,16 @@ async def test_a_home_moves_to_the_deployment_that_answered_unless_another_repli
     a, b = patient_replicas
     members = ("key-a", "key-b", "key-c")
     assert await a.store.home_claim("p:id:1", "key-c", members, 60) == ("key-c", True, None)
-    assert await a.store.home_move("p:id:1", "key-c", "key-b", members, 60) == "key-b"
+    assert await a.store.home_move("p:id:1", "key-c", "key-b", members, 60) == ("key-b", True)
     assert await b.store.home_claim("p:id:1", "key-a", members, 60) == ("key-b", False, None)
     # Another replica's turn on the old pick moves it no further: the home set since stays.
-    assert await b.store.home_move("p:id:1", "key-c", "key-a", members, 60) == "key-b"
+    assert await b.store.home_move("p:id:1", "key-c", "key-a", members, 60) == ("key-b", False)
     # A first turn that moved (nothing claimed yet) claims the deployment that answered.
-    assert await b.store.home_move("p:open:2", "key-a", "key-c", members, 60) == "key-c"
+    assert await b.store.home_move("p:open:2", "key-a", "key-c", members, 60) == ("key-c", True)
     assert await a.store.home_claim("p:open:2", "key-a", members, 60) == ("key-c", False, None)
+    # The same move made by a second replica's turn (the same sit-out met): not its move, and
+    # not its break to count.
+    assert await a.store.home_move("p:open:2", "key-a", "key-c", members, 60) == ("key-c", False)
 
 
 async def test_a_kept_home_is_read_back_in_the_same_round_trip_and_never_written_over(

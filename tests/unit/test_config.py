@@ -853,3 +853,13 @@ def test_a_glob_with_a_bracket_nothing_closes_is_refused_naming_its_field(extra:
         parse_config(extra, env={})
     [line] = str(e.value).splitlines()
     assert line.startswith(f"{field}: ") and "no ']' closes the '['" in line and "write [[] for a literal" in line
+
+
+def test_workers_on_the_memory_backend_warn_that_pools_conversation_homes_are_each_workers() -> None:
+    """Each worker keeps its own pools' homes: a conversation a rate limit moved on one worker
+    goes back to its old key on another, away from its prompt cache (audit). The start-up
+    warning names it, beside the circuits and resets it already named."""
+    (warning,) = [w for w in config_warnings(parse_config(MINIMAL + "\nserver: {workers: 2}", env={}))
+                  if w.startswith("server.workers is 2")]  # fmt: skip
+    assert "conversation homes" in warning and "prompt cache" in warning
+    assert "state: {backend: redis} shares them" in warning

@@ -89,6 +89,43 @@ def test_a_new_conversations_home_is_the_strategys_pick() -> None:
     assert first_home("weighted", pool, random.random, "id:x") == order("weighted", pool, random.random, "id:x")[0]
 
 
+def test_workers_that_each_see_about_the_same_state_give_a_new_conversation_the_same_home() -> None:
+    """Each worker of ``server.workers`` (memory backend) keeps its own table and its own view;
+    SO_REUSEPORT hands a conversation's turns to any of them. With the strategy's own pick, 23
+    of 60 turns of 6 conversations over 4 workers changed keys under ``headroom`` (22
+    ``least_busy``, 24 ``latency``), each a cache write (audit). Views a request or a few
+    percent apart pick the same home now: the strategy says which are good, the conversation's
+    rendezvous order which of those."""
+    seen = {
+        "headroom": ([dep(0, tokens_left=0.97), dep(1, tokens_left=0.95), dep(2, tokens_left=0.96)],
+                     [dep(0, tokens_left=0.95), dep(1, tokens_left=0.97), dep(2)]),
+        "least_busy": ([dep(0, in_flight=1), dep(1), dep(2)], [dep(0), dep(1, in_flight=1), dep(2, in_flight=1)]),
+        "latency": ([dep(0, latency_s=0.21), dep(1, latency_s=0.19), dep(2)],
+                    [dep(0), dep(1, latency_s=0.2), dep(2, latency_s=0.22)]),
+    }  # fmt: skip
+    for strategy, (one, other) in seen.items():
+        homes = [first_home(strategy, one, random.Random(1).random, f"id:{i}") for i in range(300)]
+        assert [first_home(strategy, other, random.Random(2).random, f"id:{i}").name for i in range(300)] \
+            == [h.name for h in homes], strategy  # fmt: skip
+        # Spread over all three, by the conversation's key.
+        assert len({h.name for h in homes}) == 3, strategy
+
+
+def test_a_deployment_the_strategy_finds_worse_takes_no_new_conversation() -> None:
+    """One process keeps its strategy's spreading: a deployment two requests busier than the
+    least busy, a third slower than the fastest, or with a fifth less room than the most gets
+    no new conversation, and the good ones share them by weight."""
+    worse = {
+        "least_busy": [dep(0, in_flight=2), dep(1), dep(2, weight=3.0)],
+        "latency": [dep(0, latency_s=0.4), dep(1, latency_s=0.3), dep(2, latency_s=0.3, weight=3.0)],
+        "headroom": [dep(0, tokens_left=0.7), dep(1, tokens_left=0.9), dep(2, tokens_left=0.88, weight=3.0)],
+    }
+    for strategy, pool in worse.items():
+        homes = Counter(first_home(strategy, pool, random.random, f"id:{i}").name for i in range(4000))
+        assert homes["a"] == 0, strategy
+        assert homes["c"] / 4000 == pytest.approx(0.75, abs=0.04), strategy
+
+
 def test_why_a_conversation_was_served_away_from_its_home() -> None:
     views = [dep(0, out_until_ms=NOW_MS + 60_000, out_why=SitOut.RATE_LIMIT), dep(1), dep(2)]
     assert break_reason("a", views, set(), NOW_MS) == "rate_limit"

@@ -175,7 +175,7 @@ async def test_a_home_moved_by_another_replica_after_the_store_lost_it_is_follow
     await a.claim("id:1", "key-a", members)
     store._homes.pop("p:id:1")
     assert await b.claim("id:1", "key-a", members) == ("key-a", True, None)
-    assert await b.move("id:1", "key-a", "key-b", members) == "key-b"  # its 429: key-b answered
+    assert await b.move("id:1", "key-a", "key-b", members) == ("key-b", True)  # its 429: key-b answered
     clock.now += 11
     a.get("id:1")
     await pa._sync([], 0)
@@ -339,7 +339,7 @@ async def test_a_home_claimed_for_a_turn_a_sibling_answered_moves_to_that_siblin
     (a, _), (b, _) = replica(store, clock), replica(store, clock)
     members = ("key-a", "key-b", "key-c")
     assert await a.claim("id:1", "key-c", members) == ("key-c", True, None)
-    assert await a.move("id:1", "key-c", "key-b", members) == "key-b"
+    assert await a.move("id:1", "key-c", "key-b", members) == ("key-b", True)
     assert a.get("id:1") == "key-b"
     assert await b.claim("id:1", "key-c", members) == ("key-b", False, None)
 
@@ -353,7 +353,7 @@ async def test_a_first_turn_a_sibling_answered_claims_that_sibling_so_no_replica
     members = ("key-a", "key-b", "key-c")
     picked, _ = _hold(_svc(), _pool(members), a, "open:1", _ready(dict.fromkeys(members, 1.0)))
     answered = next(m for m in members if m != picked)
-    assert await a.move("open:1", picked, answered, members) == answered
+    assert await a.move("open:1", picked, answered, members) == (answered, True)
     assert len(store._homes) == 1  # a key in the store: only for a first turn that moved
     assert a.get("open:1") == answered
     assert await b.claim("open:1", picked, members) == (answered, False, None)
@@ -366,16 +366,65 @@ async def test_a_move_never_takes_a_home_another_replica_set_since() -> None:
     members = ("key-a", "key-b", "key-c")
     await a.claim("id:1", "key-c", members)
     await b.claim("id:1", "key-a", members)
-    assert await b.move("id:1", "key-c", "key-a", members) == "key-a"  # b's own turn moved it first
-    assert await a.move("id:1", "key-c", "key-b", members) == "key-a"
+    assert await b.move("id:1", "key-c", "key-a", members) == ("key-a", True)  # b's own turn moved it first
+    assert await a.move("id:1", "key-c", "key-b", members) == ("key-a", False)
     assert a.get("id:1") == "key-a"
+
+
+async def test_a_home_seen_sitting_out_is_read_back_once_at_the_next_turn_so_another_replicas_move_is_followed() -> None:
+    """Workers of 4 sharing Redis: B's turn met key-b's 429 and moved the conversation to key-c;
+    A, which had read key-b sitting out with the pool's records, kept its own copy and sent
+    its turns back to key-b once it served again, for up to 10 s (``bbbb!ccbbbccbcbc``, audit).
+    Now A reads the home back at the conversation's next turn here, one round trip, only then."""
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b", "key-c")
+    for table in (a, b):
+        assert await table.claim("id:1", "key-b", members) == ("key-b", table is a, None)
+        await table.claim("id:2", "key-a", members)
+    clock.now += 1
+    assert await b.move("id:1", "key-b", "key-c", members) == ("key-c", True)
+    clock.now += 0.5
+    a.saw_out(["key-b"])  # A's pool read found key-b sitting out
+    clock.now += 3  # its 429's reset is past: key-b serves again, and A's keep is 10 s away
+    claims = store.claims
+    assert await a.current("id:1", members) == "key-c"
+    assert store.claims == claims + 1
+    clock.now += 1
+    assert await a.current("id:1", members) == "key-c"  # read once: no round trip more
+    assert await a.current("id:2", members) == "key-a"  # homed on a key that never sat out
+    assert store.claims == claims + 1
+    # Unshared, the table is the only copy: nothing to read back, and nothing noted.
+    alone, _ = replica(MemoryStore(clock), clock)
+    await alone.claim("id:1", "key-b", members)
+    alone.saw_out(["key-b"])
+    clock.now += 1
+    assert await alone.current("id:1", members) == "key-b"
+
+
+async def test_a_move_another_replica_made_already_is_not_this_replicas_move() -> None:
+    """Both replicas' turns met the home's sit-out and were answered by the same sibling (its
+    rendezvous order is every replica's): each moved the home, and each counted the break,
+    3 moves read as 6 in ``llm_gateway_affinity_breaks_total`` (audit). The second is told the
+    store held the new home already, so the pool counts it once."""
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b", "key-c")
+    await a.claim("id:1", "key-a", members)
+    await b.claim("id:1", "key-a", members)
+    assert await a.move("id:1", "key-a", "key-c", members) == ("key-c", True)
+    assert await b.move("id:1", "key-a", "key-c", members) == ("key-c", False)
+    assert b.get("id:1") == "key-c"
 
 
 async def test_in_one_process_a_move_is_the_tables_alone() -> None:
     clock = Clock()
     table, _ = replica(MemoryStore(clock), clock)
     await table.claim("id:1", "b", ("a", "b", "c"))
-    assert await table.move("id:1", "b", "c", ("a", "b", "c")) == "c"
+    assert await table.move("id:1", "b", "c", ("a", "b", "c")) == ("c", True)
+    assert await table.move("id:1", "b", "c", ("a", "b", "c")) == ("c", False)  # moved already
     assert await table.claim("id:1", "a", ("a", "b", "c")) == ("c", False, None)
 
 
