@@ -767,7 +767,7 @@ def _unclaimed(svc: Services, pool: PoolRuntime, table: AffinityTable, conversat
     a shared store the table is the only copy: nothing to claim."""
     if pool.cfg.strategy != "weighted" or not table.shared:
         return True
-    return first_home(pool.cfg.strategy, views, svc.rand, conversation).name == proposed
+    return first_home(pool.cfg.strategy, views, svc.rand, conversation, _apart(svc, table)).name == proposed
 
 
 def _held_or_first(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
@@ -775,7 +775,13 @@ def _held_or_first(svc: Services, pool: PoolRuntime, table: AffinityTable, conve
     held = table.held(conversation)
     if held is not None and any(d.name == held for d in ready):
         return held
-    return first_home(pool.cfg.strategy, ready, svc.rand, conversation).name
+    return first_home(pool.cfg.strategy, ready, svc.rand, conversation, _apart(svc, table)).name
+
+
+def _apart(svc: Services, table: AffinityTable) -> bool:
+    """Whether other processes, each with its own view, may meet this table's conversations
+    (``good_now``): workers of ``server.workers`` or replicas sharing the homes."""
+    return table.shared or svc.cfg.server.worker_count > 1
 
 
 def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:

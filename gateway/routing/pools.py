@@ -137,39 +137,43 @@ def _rooms(ready: Sequence[Deployment]) -> list[float]:
 # (``good_now``): each worker of ``server.workers`` (and each replica) counts its own requests
 # in flight and times its own answers, so two of them seldom see the very same best. One more
 # request in flight, a time to first token a quarter longer, or 90 % of the largest share left
-# are told apart from the best by no worker; a deployment further off is.
+# are told apart from the best by no worker; a deployment further off is. A lone process (one
+# worker, homes in its memory) is the only one to see its conversations: it takes the best
+# itself, ties to the rendezvous order, or least_busy gave the next conversation the key a
+# request was still out on half the time (tests/integration/test_pools.py).
 _BUSIER_BY = 1
 _SLOWER_BY = 1.25
 _ROOM_OF_BEST = 0.9
 
 
-def good_now(strategy: str, ready: Sequence[Deployment]) -> list[Deployment]:
+def good_now(strategy: str, ready: Sequence[Deployment], apart: bool = True) -> list[Deployment]:
     """The deployments of ``ready`` that the strategy would give a new conversation now: under
     ``weighted`` every one; under ``least_busy`` those within ``_BUSIER_BY`` requests of the
     fewest in flight; under ``latency`` those not measured yet and those within ``_SLOWER_BY``
     of the fastest measured; under ``headroom`` those with at least ``_ROOM_OF_BEST`` of the largest share
-    left (an unknown share as ``_rooms`` ranks it)."""
+    left (an unknown share as ``_rooms`` ranks it). ``apart``: other workers or replicas, each
+    with its own view, may meet the conversation; without them only the best are good."""
     if len(ready) < 2:
         return list(ready)
     if strategy == "least_busy":
         fewest = min(d.in_flight for d in ready)
-        return [d for d in ready if d.in_flight <= fewest + _BUSIER_BY]
+        return [d for d in ready if d.in_flight <= fewest + (_BUSIER_BY if apart else 0)]
     if strategy == "latency":
         # One not measured yet is good too: which are measured is each worker's own (those its
         # few requests went to), and "unmeasured first" had every worker pick apart (23 key
         # changes in 60 turns over 4 workers, measured).
         measured = [d.latency_s for d in ready if d.latency_s is not None]
-        fastest = min(measured, default=0.0)
-        return [d for d in ready if d.latency_s is None or d.latency_s <= fastest * _SLOWER_BY]
+        fastest = min(measured, default=0.0) * (_SLOWER_BY if apart else 1.0)
+        return [d for d in ready if d.latency_s is None or d.latency_s <= fastest]
     if strategy == "headroom":
         rooms = _rooms(ready)
-        most = max(rooms)
-        return [d for d, r in zip(ready, rooms, strict=True) if r >= most * _ROOM_OF_BEST]
+        least = max(rooms) * (_ROOM_OF_BEST if apart else 1.0)
+        return [d for d, r in zip(ready, rooms, strict=True) if r >= least]
     return list(ready)
 
 
 def first_home(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
-               conversation: str) -> Deployment:
+               conversation: str, apart: bool = True) -> Deployment:
     """A conversation's home when it has none: the first of its key's rendezvous order among
     those the strategy finds good now (``good_now``). Every worker and replica computes the
     same order, so those that see about the same state pick the same home, whichever meets the
@@ -180,7 +184,7 @@ def first_home(strategy: str, ready: Sequence[Deployment], rand: Callable[[], fl
     ``good_now`` takes no new conversation, and among those inside the hash spreads them by
     weight. ``rand`` is unused: the pick is the conversation's, not a draw."""
     del rand
-    return _rendezvous(good_now(strategy, ready), conversation)[0]
+    return _rendezvous(good_now(strategy, ready, apart), conversation)[0]
 
 
 def for_conversation(ready: Sequence[Deployment], home: str, conversation: str) -> tuple[Deployment, bool]:

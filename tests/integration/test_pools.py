@@ -381,7 +381,8 @@ async def test_two_workers_each_with_its_own_table_keep_a_conversation_on_one_ke
         upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, models: ['gpt-*']}}\n"
                             for n, f in fakes.items())  # fmt: skip
         for strategy in ("least_busy", "headroom"):
-            pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [a, b, c], strategy: {strategy}}}\n"
+            pools = (f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [a, b, c], strategy: {strategy}}}\n"
+                     "server: {workers: 2}\n")  # each is one of two: the strategy's view is its own
             workers = [await make_gateway(pools, fake=fakes["a"], upstreams=upstreams, rand=random.Random(seed).random)
                        for seed in (1, 2)]  # fmt: skip
             served: dict[str, list[str]] = {}

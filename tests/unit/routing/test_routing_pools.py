@@ -250,3 +250,16 @@ def test_the_first_pick_alone_is_what_a_full_order_would_put_first() -> None:
                               for i in range(3000))  # fmt: skip
             for name in "abc":
                 assert firsts[name] / 3000 == pytest.approx(ordered[name] / 3000, abs=0.04), (strategy, name)
+
+
+def test_a_lone_process_gives_a_new_conversation_only_the_best() -> None:
+    """One worker with its homes in memory is the only one to see its conversations: the
+    tolerance workers need to agree gave least_busy's next conversation the key a request was
+    still out on, for half the conversations; alone, every one goes to the idle key."""
+    busy = [dep(0, in_flight=1), dep(1)]
+    assert {first_home("least_busy", busy, random.random, f"id:{i}", apart=False).name for i in range(50)} == {"b"}
+    assert {first_home("least_busy", busy, random.random, f"id:{i}").name for i in range(50)} == {"a", "b"}
+    slow = [dep(0, latency_s=1.1), dep(1, latency_s=1.0)]
+    assert {first_home("latency", slow, random.random, f"id:{i}", apart=False).name for i in range(50)} == {"b"}
+    full = [dep(0, tokens_left=0.95), dep(1, tokens_left=1.0)]
+    assert {first_home("headroom", full, random.random, f"id:{i}", apart=False).name for i in range(50)} == {"b"}
