@@ -415,6 +415,12 @@ MEANINGS = {
     "websocket_stream_limit_reached": "The Responses API's WebSocket mode: a frame on a 33rd distinct named "
     "`stream_id` of one connection (OpenAI's limit of 32 for a connection's life; the default lane is not "
     "counted): an error frame with that `stream_id`; the connection and its other lanes go on.",
+    "previous_response_not_found": "OpenAI's 400 for a `previous_response_id` it holds no response of, "
+    "answered by the gateway without a call where it knows none holds it: a turn chained to a WebSocket "
+    "`generate: false` id (the gateway's own) from anywhere but its connection, and, in the WebSocket "
+    "mode, a `response.create` chained to a response another lane of the same connection is still "
+    "generating (not stored yet): an error frame with the turn's `stream_id`; sent again once that "
+    "response has completed, the turn is taken.",
     "websocket_queue_full": "The Responses API's WebSocket mode: a `response.create` that comes while its "
     "connection already holds 24 turns, all lanes together (16 in flight, as OpenAI's guide allows, and 8 "
     "queued behind them; the guide queues without saying how many): an error frame with its `stream_id`, "

@@ -19,9 +19,10 @@ own queue and worker: its turns run one at a time, in the order they came; lanes
 lane: a connection holds ``MAX_IN_FLIGHT + QUEUED_TURNS`` turns at most, running or waiting,
 all lanes together, and a turn past them is refused on its lane at once (``queue_full``), as is
 one on a lane past ``MAX_NAMED_LANES`` (``lane_limit``) and a frame refused as read; only a
-turn taken opens a lane. Frames go on the socket one whole frame at a time. The connection
-asks whether it is to end (``due``) when woken and before each turn: a drain
-(``Lifecycle.start_draining``), a reload that turned the mode off, or its age past
+turn taken opens a lane. A turn chained to a response another lane is still generating is
+refused (``still_streaming``): it is not stored yet. Frames go on the socket one whole frame at
+a time. The connection asks whether it is to end (``due``) when woken and before each turn: a
+drain (``Lifecycle.start_draining``), a reload that turned the mode off, or its age past
 ``server.responses_websocket_max_age_s`` closes an idle connection with 1001 Going Away at once,
 a busy one once its turns under way are answered; each turn not started, waiting or come
 meanwhile, is answered with an error frame saying why (``unstarted``).
@@ -62,6 +63,7 @@ from gateway.apis.responses.websocket import (
     read_frame,
     refusal_error,
     remembered,
+    still_streaming,
     unstarted,
     warm_response,
 )
@@ -83,6 +85,7 @@ log = logging.getLogger("gateway.access")
 # laptop's lid shut) does not hold its connection and its memory for good.
 HEARTBEAT_S = 30.0
 _ENDS = (b'"response.completed"', b'"response.incomplete"')
+_CREATED = b'"response.created"'
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
 # each turn is a request of its own, with an id of its own).
 _HANDSHAKE_ONLY = frozenset({"connection", "upgrade", "sec-websocket-key", "sec-websocket-version",
@@ -103,6 +106,10 @@ class Turn:
     answered: bool = False  # with an error frame
     # The connection's: turns of other lanes send at the same time, each frame whole.
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The connection's responses still being generated, by id: a turn chained to one is refused.
+    streaming: dict[str, Turn] = field(default_factory=dict)
+    created: str | None = None  # the id of its ``response.created`` event
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once its response is remembered
 
     async def send(self, data: bytes) -> None:
         async with self.sending:
@@ -148,11 +155,18 @@ class FramedStream(web.StreamResponse):
         data = event.data.encode()
         turn = self._turn
         ends = data.find(_ENDS[0]) >= 0 or data.find(_ENDS[1]) >= 0
-        if ends or turn.lane is not None:
+        created = turn.created is None and data.find(_CREATED) >= 0
+        if ends or created or turn.lane is not None:
             doc = event.json()
             if isinstance(doc, dict):
                 if ends and doc.get("type") in ("response.completed", "response.incomplete"):
                     turn.ended_with = doc.get("response")
+                if created and doc.get("type") == "response.created":
+                    response = doc.get("response")
+                    rid = response.get("id") if isinstance(response, dict) else None
+                    if isinstance(rid, str):
+                        turn.created = rid
+                        turn.streaming[rid] = turn
                 if turn.lane is not None:
                     data = orjson.dumps({**doc, "stream_id": turn.lane})
         await turn.send(data)
@@ -299,6 +313,7 @@ class Connection:
         # started or refused (``unstarted``) when the connection ends.
         self.waiting: dict[int, Create] = {}
         self.taken = 0  # turns taken onto lanes: the next one's key in ``waiting``
+        self.streaming: dict[str, Turn] = {}  # responses under way, by the id they were created with
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         # One frame at a time on the socket: the frames of turns under way interleave whole.
         self.sending = asyncio.Lock()
@@ -464,8 +479,24 @@ class Connection:
         return True
 
     async def _answer(self, frame: Create) -> None:
+        previous = frame.body.get("previous_response_id")
+        if isinstance(previous, str) and (other := self.streaming.get(previous)) is not None:
+            if other.ended_with is None:
+                await self._send(error_frame(*_refusal(still_streaming(previous, frame.lane))))
+                return
+            # Its last event is out (the client may have read it), its remembering not yet done.
+            await other.done.wait()
         body = expanded(frame.body, chained_to(frame.body, self.lasts.values()))
-        turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending)
+        turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending,
+                    streaming=self.streaming)  # fmt: skip
+        try:
+            await self._run(frame, body, turn)
+        finally:
+            if turn.created is not None:
+                self.streaming.pop(turn.created, None)
+            turn.done.set()
+
+    async def _run(self, frame: Create, body: dict[str, Any], turn: Turn) -> None:
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
         request[AT_ONCE] = answered_at_once

@@ -780,6 +780,34 @@ async def test_turns_queued_when_the_connection_ends_are_each_answered_on_their_
     assert len(gw.fake.responses_requests()) == 2
 
 
+async def test_a_fork_of_a_response_still_streaming_is_refused_as_not_found(make_gateway) -> None:
+    """A turn on lane b chained to the response lane a is still generating went upstream
+    unresolved; the response is not stored yet, so it is refused as OpenAI refuses an id it does
+    not hold (400 previous_response_not_found). Sent again once a's turn has completed, it is
+    taken, and a's conversation goes before its input."""
+    gw = await make_gateway(real_sleep=True)
+    # The pause after the first text: the gateway holds a stream's head until its first output.
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="eof", pause_s=1.0, pause_after=5))
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    fork = {**FIRST, "stream_id": "b", "previous_response_id": "resp_a1", "input": new}
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        created = json.loads((await ws.receive(timeout=5)).data)
+        assert created["type"] == "response.created" and created["response"]["id"] == "resp_a1"
+        await ws.send_json(fork)
+        first = await _ends(ws, 2)
+        after = await _turn(ws, fork)
+    refused = [e for e in first if e["type"] == "error"]
+    assert [e["stream_id"] for e in refused] == ["b"]
+    assert refused[0]["status"] == 400 and refused[0]["error"]["code"] == "previous_response_not_found"
+    assert refused[0]["error"]["param"] == "previous_response_id" and "resp_a1" in refused[0]["error"]["message"]
+    assert first[-1]["type"] == "response.completed" and first[-1]["stream_id"] == "a"  # refused before a ended
+    assert after[-1]["type"] == "response.completed" and after[-1]["stream_id"] == "b"
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert len(sent) == 2 and "previous_response_id" not in sent[1]
+    assert sent[1]["input"][-1] == new[0] and sent[1]["input"][: len(FIRST["input"])] == FIRST["input"]
+
+
 async def test_frames_refused_as_read_are_answered_at_once_not_behind_the_default_lane(make_gateway) -> None:
     """An invalid stream_id, a frame that is no JSON, an unknown type on a busy lane: each is
     answered as it is read, where it waited behind the default lane's turn under way."""

@@ -145,6 +145,16 @@ def queue_full(lane: str | None) -> FrameRefused:
     return FrameRefused(429, "websocket_queue_full", message, "stream_id" if lane is not None else None, lane)
 
 
+def still_streaming(previous: str, lane: str | None) -> FrameRefused:
+    """A turn chained to a response another lane of the connection is still generating: not
+    stored yet, so refused as OpenAI refuses a ``previous_response_id`` it does not hold (its 400
+    ``previous_response_not_found``), on the turn's lane; sent once that response has completed,
+    it is taken. Waiting instead would hold a place in flight, unbounded, behind another lane."""
+    message = (f"Previous response with id '{previous}' not found: it is still being generated on this "
+               "connection; send this turn once it has completed")  # fmt: skip
+    return FrameRefused(400, "previous_response_not_found", message, "previous_response_id", lane)
+
+
 def expanded(body: dict[str, Any], last: Last | None) -> dict[str, Any]:
     """``body`` as it goes upstream. A turn chained to the connection's last response, which no
     upstream holds (``store: false``, a translated upstream's answer, a ``generate: false``

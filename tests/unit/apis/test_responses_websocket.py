@@ -24,6 +24,7 @@ from gateway.apis.responses.websocket import (
     read_frame,
     refusal_error,
     remembered,
+    still_streaming,
     unstarted,
     warm_response,
 )
@@ -193,3 +194,9 @@ def test_a_turn_past_what_a_connection_holds_is_refused_on_its_lane() -> None:
     assert default.lane is None and default.param is None
     assert "24 turns" in named.message
 
+
+def test_a_fork_of_a_response_still_generated_is_not_found_on_the_forking_lane() -> None:
+    refused = still_streaming("resp_x", "b")
+    assert (refused.status, refused.code, refused.param, refused.lane) == (
+        400, "previous_response_not_found", "previous_response_id", "b")  # fmt: skip
+    assert refused.message.startswith("Previous response with id 'resp_x' not found")
