@@ -146,8 +146,9 @@ class ServerConfig(_Model):
         "built-in provider and the openai and Agents SDKs' websocket transports open it): each "
         "`response.create` is one request through the pipeline of `POST /v1/responses`. False: the "
         "upgrade is answered 426 `websocket_not_supported`, on which Codex goes on over HTTPS. Turned off "
-        "by a reload, each open connection is closed 1001 Going Away, at once when idle, after its turn "
-        "when busy.",
+        "by a reload, each open connection is closed 1001 Going Away, at once when idle, after its turns "
+        "under way when busy; each turn it holds and has not started gets the error event "
+        "`websocket_not_supported` with its `stream_id`, at once.",
     )  # fmt: skip
     # OpenAI's own limit (its WebSocket mode guide: "Connections last up to 60 minutes"), which
     # the clients of the mode reconnect on; a connection kept open by its pings alone does not
@@ -157,7 +158,8 @@ class ServerConfig(_Model):
         description="Seconds a WebSocket connection of the Responses API's mode is served. Past them, once "
         "its turn (if any) is answered, it gets the error event `websocket_connection_limit_reached` (status "
         "400, as OpenAI's after its 60 minutes) and is closed 1001 Going Away; Codex and the Agents SDK open "
-        "a new one. A turn under way is never cut.",
+        "a new one. A turn under way is never cut; each turn the connection holds and has not started gets "
+        "that error event with its `stream_id`, at once.",
     )  # fmt: skip
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level of log line written."

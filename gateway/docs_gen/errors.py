@@ -401,17 +401,31 @@ MEANINGS = {
     "model_not_found": "No upstream or pool is configured for the requested model.",
     "websocket_not_supported": "A WebSocket upgrade of `GET /v1/responses` (the Responses API's WebSocket "
     "mode) where `server.responses_websocket` is false: never forwarded; 426, which Codex takes as \"use "
-    "HTTPS\" at once.",
+    "HTTPS\" at once. On an open connection when a reload turns the mode off: the error frame of each "
+    "turn it holds and has not started (with its `stream_id`), sent at once; the turns under way end "
+    "whole, then the connection is closed 1001.",
     "websocket_connection_limit_reached": "The Responses API's WebSocket mode: the connection has been "
     "open `server.responses_websocket_max_age_s` (by default 60 minutes, as OpenAI's). Sent as the "
     "connection's error event (no `stream_id`) once its turns under way, if any, are answered, then the "
-    "connection is closed 1001; Codex and the Agents SDK open a new one.",
+    "connection is closed 1001; Codex and the Agents SDK open a new one. Each turn the connection holds "
+    "and has not started gets it too, at once, with its `stream_id`.",
     "invalid_stream_id": "The Responses API's WebSocket mode: a `response.create` whose `stream_id` is not "
     "1-256 letters, digits, `_`, `-` or `.` (OpenAI's rule): an error frame naming no lane, and the "
     "connection goes on.",
     "websocket_stream_limit_reached": "The Responses API's WebSocket mode: a frame on a 33rd distinct named "
     "`stream_id` of one connection (OpenAI's limit of 32 for a connection's life; the default lane is not "
     "counted): an error frame with that `stream_id`; the connection and its other lanes go on.",
+    "previous_response_not_found": "OpenAI's 400 for a `previous_response_id` it holds no response of, "
+    "answered by the gateway without a call where it knows none holds it: a turn chained to a WebSocket "
+    "`generate: false` id (the gateway's own) from anywhere but its connection, and, in the WebSocket "
+    "mode, a `response.create` chained to a response another lane of the same connection is still "
+    "generating (not stored yet): an error frame with the turn's `stream_id`; sent again once that "
+    "response has completed, the turn is taken.",
+    "websocket_queue_full": "The Responses API's WebSocket mode: a `response.create` that comes while its "
+    "connection already holds 24 turns, all lanes together (16 in flight, as OpenAI's guide allows, and 8 "
+    "queued behind them; the guide queues without saying how many): an error frame with its `stream_id`, "
+    "sent at once; the turns taken and the connection go on. The gateway's own: the reading never waits "
+    "for a lane, so no lane holds up another's frames or the pings.",
     "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
     "Anthropic's `error.details.error_code` `request_body_timeout`).",
     "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "
@@ -434,7 +448,9 @@ MEANINGS = {
     "idle_timeout": "A stream under way sent no data within `timeouts.idle_s`.",
     "first_byte_timeout": "The upstream did not answer a stream under way in time.",
     "gateway_shutdown": "`server.drain_s` ran out before the answer began (with `retry-after`), or while the "
-    "stream was under way; retryable, by another replica.",
+    "stream was under way; retryable, by another replica. In the Responses API's WebSocket mode, also the "
+    "error frame (with its `stream_id`) of each turn a connection holds and has not started when the "
+    "drain begins, sent at once.",
 }
 
 

@@ -15,12 +15,17 @@ upstream that does not hold that response whole (``expanded``).
 Frames are read all the while turns run (pings are answered only as frames are read, and a
 client's heartbeat must not time out behind a long turn). Each ``stream_id`` is a lane with its
 own queue and worker: its turns run one at a time, in the order they came; lanes run at once,
-``MAX_IN_FLIGHT`` turns at most, the rest waiting for a place; a lane past ``MAX_NAMED_LANES``
-is refused (``lane_limit``). Frames go on the socket one whole frame at a time. The connection
-asks whether it is to end (``due``) when woken and before each turn: a drain
-(``Lifecycle.start_draining``), a reload that turned the mode off, or its age past
+``MAX_IN_FLIGHT`` turns at most, the rest waiting for a place. The reading never waits on a
+lane: a connection holds ``MAX_IN_FLIGHT + QUEUED_TURNS`` turns at most, running or waiting,
+all lanes together, and a turn past them is refused on its lane at once (``queue_full``), as is
+one on a lane past ``MAX_NAMED_LANES`` (``lane_limit``) and a frame refused as read; only a
+turn taken opens a lane. A turn chained to a response another lane is still generating is
+refused (``still_streaming``): it is not stored yet. Frames go on the socket one whole frame at
+a time. The connection asks whether it is to end (``due``) when woken and before each turn: a
+drain (``Lifecycle.start_draining``), a reload that turned the mode off, or its age past
 ``server.responses_websocket_max_age_s`` closes an idle connection with 1001 Going Away at once,
-a busy one once its turns under way are answered; a frame that comes meanwhile starts nothing.
+a busy one once its turns under way are answered; each turn not started, waiting or come
+meanwhile, is answered with an error frame saying why (``unstarted``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from gateway.apis import OPENAI_RESPONSES
 from gateway.apis.responses.websocket import (
     MAX_IN_FLIGHT,
     MAX_NAMED_LANES,
+    QUEUED_TURNS,
     Create,
     FrameRefused,
     Last,
@@ -53,9 +59,12 @@ from gateway.apis.responses.websocket import (
     error_frame,
     expanded,
     lane_limit,
+    queue_full,
     read_frame,
     refusal_error,
     remembered,
+    still_streaming,
+    unstarted,
     warm_response,
 )
 from gateway.apis.synthesize import responses_stream
@@ -75,8 +84,8 @@ log = logging.getLogger("gateway.access")
 # Pings every 30 s, closed when one goes unanswered for 15 s: a client gone without a close (a
 # laptop's lid shut) does not hold its connection and its memory for good.
 HEARTBEAT_S = 30.0
-QUEUED_TURNS = 8  # frames a lane holds ahead of its turn in progress; past them the reading waits
 _ENDS = (b'"response.completed"', b'"response.incomplete"')
+_CREATED = b'"response.created"'
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
 # each turn is a request of its own, with an id of its own).
 _HANDSHAKE_ONLY = frozenset({"connection", "upgrade", "sec-websocket-key", "sec-websocket-version",
@@ -97,6 +106,10 @@ class Turn:
     answered: bool = False  # with an error frame
     # The connection's: turns of other lanes send at the same time, each frame whole.
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The connection's responses still being generated, by id: a turn chained to one is refused.
+    streaming: dict[str, Turn] = field(default_factory=dict)
+    created: str | None = None  # the id of its ``response.created`` event
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once its response is remembered
 
     async def send(self, data: bytes) -> None:
         async with self.sending:
@@ -142,11 +155,18 @@ class FramedStream(web.StreamResponse):
         data = event.data.encode()
         turn = self._turn
         ends = data.find(_ENDS[0]) >= 0 or data.find(_ENDS[1]) >= 0
-        if ends or turn.lane is not None:
+        created = turn.created is None and data.find(_CREATED) >= 0
+        if ends or created or turn.lane is not None:
             doc = event.json()
             if isinstance(doc, dict):
                 if ends and doc.get("type") in ("response.completed", "response.incomplete"):
                     turn.ended_with = doc.get("response")
+                if created and doc.get("type") == "response.created":
+                    response = doc.get("response")
+                    rid = response.get("id") if isinstance(response, dict) else None
+                    if isinstance(rid, str):
+                        turn.created = rid
+                        turn.streaming[rid] = turn
                 if turn.lane is not None:
                     data = orjson.dumps({**doc, "stream_id": turn.lane})
         await turn.send(data)
@@ -290,6 +310,11 @@ class Connection:
         self.lasts: dict[str | None, Last] = {}  # each lane's most recent response
         self.lanes: dict[str | None, _Lane] = {}  # the default lane is None's
         self.named: set[str] = set()  # every named lane the connection took (its 32 are for life)
+        # Turns taken onto a lane that have not started, in the order they came: each is answered,
+        # started or refused (``unstarted``) when the connection ends.
+        self.waiting: dict[int, Create] = {}
+        self.taken = 0  # turns taken onto lanes: the next one's key in ``waiting``
+        self.streaming: dict[str, Turn] = {}  # responses under way, by the id they were created with
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         # One frame at a time on the socket: the frames of turns under way interleave whole.
         self.sending = asyncio.Lock()
@@ -326,7 +351,7 @@ class Connection:
                     if msg.type is WSMsgType.ERROR:
                         self._broken(msg.data)
                     continue
-                if frame is not None and self.leaving is None:
+                if frame is not None:
                     await self._route(frame)
         finally:
             # The client is gone: so is any turn of its, upstream call included.
@@ -345,22 +370,39 @@ class Connection:
                          "detail": str(error)[:200], "frames": self.frames})  # fmt: skip
 
     async def _route(self, frame: Create | FrameRefused) -> None:
-        """A frame onto its lane's queue (a lane's first frame starts it); a new named lane past
-        the connection's limit is refused here, at once. A full queue makes the reading wait."""
+        """A turn onto its lane's queue (a lane's first turn starts it). Answered here, at once,
+        rather than behind a lane's turns: a frame refused as read, a turn on a new named lane
+        past the connection's limit, one past the turns the connection holds, and one that comes
+        once the connection is to end. Only a turn taken opens a lane (and counts toward the 32).
+        The reading never waits for a lane."""
+        if isinstance(frame, FrameRefused):
+            await self._refuse(frame)
+            return
         name = frame.lane
-        if name is not None and name not in self.named:
-            if len(self.named) >= MAX_NAMED_LANES:
-                refused = lane_limit(name)
-                self.frames += 1
-                with contextlib.suppress(ConnectionError):
-                    await self._send(error_frame(refused.status, refusal_error(refused), name))
-                return
+        refused = None
+        if self.leaving is not None:
+            refused = unstarted(self.leaving, name)
+        elif name is not None and name not in self.named and len(self.named) >= MAX_NAMED_LANES:
+            refused = lane_limit(name)
+        elif len(self.waiting) + self.busy >= MAX_IN_FLIGHT + QUEUED_TURNS:
+            refused = queue_full(name)
+        if refused is not None:
+            await self._refuse(refused)
+            return
+        if name is not None:
             self.named.add(name)
         lane = self.lanes.get(name)
         if lane is None:
-            queue: asyncio.Queue[Create | FrameRefused] = asyncio.Queue(QUEUED_TURNS)
+            queue: asyncio.Queue[int] = asyncio.Queue()  # bounded by ``waiting``'s limit above
             lane = self.lanes[name] = _Lane(queue, asyncio.create_task(self._serve(queue)))
-        await lane.queue.put(frame)
+        self.taken += 1
+        self.waiting[self.taken] = frame
+        lane.queue.put_nowait(self.taken)
+
+    async def _refuse(self, refused: FrameRefused) -> None:
+        self.frames += 1
+        with contextlib.suppress(ConnectionError):
+            await self._send(error_frame(*_refusal(refused)))
 
     async def _send(self, data: bytes) -> None:
         async with self.sending:
@@ -369,27 +411,34 @@ class Connection:
     async def _watch(self) -> None:
         """Asks ``due`` when woken and when the connection's age runs out; once it is due, no turn
         starts, and the connection ends when the turns under way are answered."""
-        while (leave := self._due()) is None:
+        while (leave := self.leaving or self._due()) is None:
             left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.woken.wait(), timeout=max(left, 0.0))
             self.woken.clear()
         self.leaving = leave
+        # The turns that will not start are answered now, each on its lane, in the order they
+        # came: a client waiting on one learns why rather than seeing the connection close.
+        refused, self.waiting = list(self.waiting.values()), {}
+        for frame in refused:
+            await self._refuse(unstarted(leave, frame.lane))
         await self.settled.wait()
         await self._leave(leave)
 
-    async def _serve(self, queue: asyncio.Queue[Create | FrameRefused]) -> None:
-        """One lane: its frames answered one at a time, in the order they came."""
+    async def _serve(self, queue: asyncio.Queue[int]) -> None:
+        """One lane: its turns answered one at a time, in the order they came."""
         while True:
-            frame = await queue.get()
-            async with contextlib.AsyncExitStack() as held:
-                if isinstance(frame, Create):
-                    await held.enter_async_context(self.in_flight)
-                # Asked after the wait for a place: what came meanwhile (a drain) holds.
-                if self.leaving is not None:
-                    continue  # a frame that came once the connection was to end starts nothing
-                if self._due() is not None:
+            key = await queue.get()
+            if key not in self.waiting:
+                continue  # refused when the connection was to end
+            async with self.in_flight:
+                # Asked after the wait for a place: what came meanwhile (a drain) holds. A turn
+                # not started stays in ``waiting``, for the watcher to refuse.
+                if self.leaving is None and (leave := self._due()) is not None:
+                    self.leaving = leave
                     self.woken.set()
+                frame = self.waiting.pop(key, None) if self.leaving is None else None
+                if frame is None:
                     continue
                 self.busy += 1
                 self.settled.clear()
@@ -414,13 +463,10 @@ class Connection:
                 await self._send(error_frame(error.status, refusal_error(error)))
         await self.ws.close(code=leave.code, message=leave.reason)
 
-    async def _frame(self, frame: Create | FrameRefused) -> bool:
-        """Answers one frame; False where the connection is to end without more."""
+    async def _frame(self, frame: Create) -> bool:
+        """Answers one turn; False where the connection is to end without more."""
         try:
-            if isinstance(frame, FrameRefused):
-                await self._send(error_frame(frame.status, refusal_error(frame), frame.lane))
-            else:
-                await self._answer(frame)
+            await self._answer(frame)
         except ConnectionError:
             return False  # the client left mid-answer; the reading side ends the connection
         except Exception as e:
@@ -434,8 +480,24 @@ class Connection:
         return True
 
     async def _answer(self, frame: Create) -> None:
+        previous = frame.body.get("previous_response_id")
+        if isinstance(previous, str) and (other := self.streaming.get(previous)) is not None:
+            if other.ended_with is None:
+                await self._send(error_frame(*_refusal(still_streaming(previous, frame.lane))))
+                return
+            # Its last event is out (the client may have read it), its remembering not yet done.
+            await other.done.wait()
         body = expanded(frame.body, chained_to(frame.body, self.lasts.values()))
-        turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending)
+        turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending,
+                    streaming=self.streaming)  # fmt: skip
+        try:
+            await self._run(frame, body, turn)
+        finally:
+            if turn.created is not None:
+                self.streaming.pop(turn.created, None)
+            turn.done.set()
+
+    async def _run(self, frame: Create, body: dict[str, Any], turn: Turn) -> None:
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
         request[AT_ONCE] = answered_at_once
@@ -455,9 +517,13 @@ class Connection:
                 self.lasts[frame.lane] = last
 
 
+def _refusal(refused: FrameRefused) -> tuple[int, dict[str, Any], str | None]:
+    return refused.status, refusal_error(refused), refused.lane
+
+
 @dataclass
 class _Lane:
-    queue: asyncio.Queue[Create | FrameRefused]
+    queue: asyncio.Queue[int]  # keys of the connection's ``waiting``
     task: asyncio.Task[None]
 
 

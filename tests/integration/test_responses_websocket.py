@@ -356,6 +356,8 @@ async def test_a_busy_connection_closes_after_its_turn_and_starts_no_other(make_
             events.append(json.loads(msg.data))
         assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.GOING_AWAY
     assert events[-1]["type"] == "response.completed"
+    (refused,) = [e for e in events if e["type"] == "error"]  # the frame sent during the drain
+    assert refused["status"] == 503 and refused["error"]["code"] == "gateway_shutdown" and "stream_id" not in refused
     assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-5-codex", status="200",
                      error_type="none") == 1  # fmt: skip
 
@@ -455,9 +457,13 @@ async def test_a_frame_that_comes_past_the_hour_starts_nothing(make_gateway) -> 
         assert (await _turn(ws, FIRST))[-1]["type"] == "response.completed"
         now[0] = 3600.0  # between turns (the worker waits out the real hour: the frame wakes it)
         await ws.send_json(FIRST)
-        (limit,), closed = await _until_closed(ws)
+        events, closed = await _until_closed(ws)
+    *refused, limit = events
     _limit_reached(limit)
     assert closed.data == aiohttp.WSCloseCode.GOING_AWAY
+    # Read before the connection decided to end, the frame is refused on its own (the default
+    # lane's: no stream_id) with the same code; read after the close, it is not read at all.
+    assert [e["error"]["code"] for e in refused] in ([], ["websocket_connection_limit_reached"])
     assert len(gw.fake.responses_requests()) == 1
 
 
@@ -492,6 +498,8 @@ async def test_a_reload_that_turns_the_mode_off_ends_idle_connections_now_and_bu
     await busy.send_json(FIRST)  # after the reload: not started
     events, closed = await _until_closed(busy)
     assert events[-1]["type"] == "response.completed"
+    (refused,) = [e for e in events if e["type"] == "error"]  # the frame sent after the reload
+    assert refused["status"] == 426 and refused["error"]["code"] == "websocket_not_supported"
     assert closed.data == aiohttp.WSCloseCode.GOING_AWAY
     assert len(gw.fake.responses_requests()) == 2  # the hung try and its retry: one turn
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
@@ -683,6 +691,164 @@ async def test_a_drain_lets_the_turns_of_every_lane_end_then_closes(make_gateway
         await ws.send_json({**FIRST, "stream_id": "c"})  # during the drain: not started
         events, closed = await _until_closed(ws)
     done = sorted(e["stream_id"] for e in events if e["type"] == "response.completed")
-    assert done == ["a", "b"] and not any(e["type"] == "error" for e in events)
+    (refused,) = [e for e in events if e["type"] == "error"]
+    assert done == ["a", "b"] and refused["stream_id"] == "c" and refused["error"]["code"] == "gateway_shutdown"
     assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.GOING_AWAY
     assert len(gw.fake.responses_requests()) == 2
+
+
+async def test_a_full_lane_holds_up_no_other_lane_nor_the_pings(make_gateway) -> None:
+    """The reading never waits for a lane: ten turns queued on one lane behind a slow one leave
+    another lane's turn and a ping answered at once (they waited for the slow one's end)."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_a1", 1.5))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE, autoping=False) as ws:
+        began = time.monotonic()
+        for _ in range(10):
+            await ws.send_json({**FIRST, "stream_id": "a"})
+        await ws.send_json({**FIRST, "stream_id": "b"})
+        await ws.ping(b"probe")
+        seen: dict[str, float] = {}
+        while "b" not in seen or "pong" not in seen:
+            msg = await ws.receive(timeout=10)
+            if msg.type is aiohttp.WSMsgType.PONG:
+                seen["pong"] = time.monotonic() - began
+            elif (event := json.loads(msg.data))["type"] == "response.completed":
+                seen.setdefault(event["stream_id"], time.monotonic() - began)
+        events = await _ends(ws, 10 - ("a" in seen))
+    assert "a" not in seen and seen["b"] < 1.0 and seen["pong"] < 1.0, seen
+    assert sum(e["type"] == "response.completed" for e in events) == 10 - ("a" in seen)
+
+
+async def test_the_turns_a_connection_holds_are_bounded_across_its_lanes(make_gateway) -> None:
+    """16 in flight and 8 queued, all lanes together: a frame past them is refused on its lane
+    (each frame held is one of up to max_body_bytes), and the turns taken all end."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(*(_slow(f"resp_{n}", 1.0) for n in range(16)))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        for n in range(24):
+            await ws.send_json({**FIRST, "stream_id": f"lane_{n % 20}"})
+        await ws.send_json({**FIRST, "stream_id": "lane_0"})
+        await ws.send_json({**FIRST, "stream_id": "late"})
+        events = await _ends(ws, 26)
+        after = await _turn(ws, {**FIRST, "stream_id": "late"})  # room again: taken
+    refused = [e for e in events if e["type"] == "error"]
+    assert [e["stream_id"] for e in refused] == ["lane_0", "late"]
+    assert all(e["status"] == 429 and e["error"]["code"] == "websocket_queue_full" for e in refused)
+    assert refused[0]["error"]["param"] == "stream_id"
+    assert sum(e["type"] == "response.completed" for e in events) == 24
+    assert after[-1]["type"] == "response.completed" and after[-1]["stream_id"] == "late"
+
+
+@pytest.mark.parametrize(("why", "status", "code"), [
+    ("drain", 503, "gateway_shutdown"),
+    ("max_age", 400, "websocket_connection_limit_reached"),
+    ("mode_off", 426, "websocket_not_supported"),
+])  # fmt: skip
+async def test_turns_queued_when_the_connection_ends_are_each_answered_on_their_lane(
+    make_gateway, why: str, status: int, code: str
+) -> None:
+    """A drain, the connection's age, a reload that turns the mode off: the turn under way is
+    answered whole, and each turn still queued (they were dropped without a word) gets an error
+    frame with its stream_id saying why, at once, before the connection closes."""
+    gw = await make_gateway("server: {responses_websocket_max_age_s: 0.5}\n" if why == "max_age" else "",
+                            real_sleep=True)  # fmt: skip
+    gw.fake.script(_slow("resp_a1", 1.5))
+    life = gw.app[LIVE].life
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        await ws.send_json({**FIRST, "stream_id": "a"})  # queued behind a's first
+        await ws.send_json(FIRST)  # the default lane's, queued behind nothing: started at once
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        await _until(lambda: len(gw.fake.responses_requests()) == 2, "a's first and the default's are out")
+        began = time.monotonic()
+        if why == "drain":
+            life.start_draining()
+        elif why == "mode_off":
+            text = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\n{OFF}"
+            await gw.app[LIVE].replace(parse_config(text, env={}))
+        timed: list[tuple[float, dict]] = []
+        while (msg := await ws.receive(timeout=10)).type is aiohttp.WSMsgType.TEXT:
+            timed.append((time.monotonic() - began, json.loads(msg.data)))
+        assert msg.data == aiohttp.WSCloseCode.GOING_AWAY
+    refused = [(at, e) for at, e in timed if e["type"] == "error" and "stream_id" in e]
+    assert [e["stream_id"] for _, e in refused] == ["a", "a"]
+    assert all(e["status"] == status and e["error"]["code"] == code for _, e in refused), refused
+    assert all(at < 1.0 for at, _ in refused)  # not held until a's first ends (1.5 s)
+    done = [e.get("stream_id") for _, e in timed if e["type"] == "response.completed"]
+    assert sorted(done, key=str) == [None, "a"]
+    assert len(gw.fake.responses_requests()) == 2
+
+
+async def test_a_fork_of_a_response_still_streaming_is_refused_as_not_found(make_gateway) -> None:
+    """A turn on lane b chained to the response lane a is still generating went upstream
+    unresolved; the response is not stored yet, so it is refused as OpenAI refuses an id it does
+    not hold (400 previous_response_not_found). Sent again once a's turn has completed, it is
+    taken, and a's conversation goes before its input."""
+    gw = await make_gateway(real_sleep=True)
+    # The pause after the first text: the gateway holds a stream's head until its first output.
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="eof", pause_s=1.0, pause_after=5))
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    fork = {**FIRST, "stream_id": "b", "previous_response_id": "resp_a1", "input": new}
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        created = json.loads((await ws.receive(timeout=5)).data)
+        assert created["type"] == "response.created" and created["response"]["id"] == "resp_a1"
+        await ws.send_json(fork)
+        first = await _ends(ws, 2)
+        after = await _turn(ws, fork)
+    refused = [e for e in first if e["type"] == "error"]
+    assert [e["stream_id"] for e in refused] == ["b"]
+    assert refused[0]["status"] == 400 and refused[0]["error"]["code"] == "previous_response_not_found"
+    assert refused[0]["error"]["param"] == "previous_response_id" and "resp_a1" in refused[0]["error"]["message"]
+    assert first[-1]["type"] == "response.completed" and first[-1]["stream_id"] == "a"  # refused before a ended
+    assert after[-1]["type"] == "response.completed" and after[-1]["stream_id"] == "b"
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert len(sent) == 2 and "previous_response_id" not in sent[1]
+    assert sent[1]["input"][-1] == new[0] and sent[1]["input"][: len(FIRST["input"])] == FIRST["input"]
+
+
+async def test_frames_refused_as_read_are_answered_at_once_not_behind_the_default_lane(make_gateway) -> None:
+    """An invalid stream_id, a frame that is no JSON, an unknown type on a busy lane: each is
+    answered as it is read, where it waited behind the default lane's turn under way."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_1", 1.5), _slow("resp_2", 1.5))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json(FIRST)
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        await _until(lambda: len(gw.fake.responses_requests()) == 2, "both turns are out")
+        began = time.monotonic()
+        await ws.send_json({**FIRST, "stream_id": "not a lane"})
+        await ws.send_str("{nope")
+        await ws.send_json({"type": "response.cancel", "stream_id": "a"})
+        refused = []
+        while len(refused) < 3:
+            event = json.loads((await ws.receive(timeout=5)).data)
+            if event["type"] == "error":
+                refused.append(event)
+            else:
+                assert event["type"] != "response.completed", "a refusal waited for a turn's end"
+        took = time.monotonic() - began
+        events = await _ends(ws, 2)
+    assert took < 1.0, took
+    assert [e["error"]["code"] for e in refused] == ["invalid_stream_id", "invalid_json", "invalid_event"]
+    assert [e.get("stream_id") for e in refused] == [None, None, "a"]
+    assert sum(e["type"] == "response.completed" for e in events) == 2
+
+
+async def test_refused_frames_open_no_lane(make_gateway) -> None:
+    """A stream_id only counts toward the connection's 32 when a turn on it is taken: frames
+    refused (an unknown type, a turn past what the connection holds) left their names counted,
+    and the 32 real lanes after them were refused."""
+    gw = await make_gateway()
+    warm = {**FIRST, "generate": False}  # answered here: 32 lanes without 32 upstream calls
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        for n in range(40):
+            (refused,) = await _turn(ws, {"type": "response.cancel", "stream_id": f"ghost_{n}"})
+            assert refused["error"]["code"] == "invalid_event" and refused["stream_id"] == f"ghost_{n}"
+        for n in range(32):
+            assert (await _turn(ws, {**warm, "stream_id": f"agent_{n + 1}"}))[-1]["type"] == "response.completed"
+        (limit,) = await _turn(ws, {**warm, "stream_id": "agent_33"})
+        (ghost,) = await _turn(ws, {**warm, "stream_id": "ghost_0"})
+    assert limit["error"]["code"] == ghost["error"]["code"] == "websocket_stream_limit_reached"
+    assert gw.fake.requests == []

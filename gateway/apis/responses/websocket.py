@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 MAX_IN_FLIGHT = 16  # responses in flight on one connection, all lanes together: more wait
 MAX_NAMED_LANES = 32  # distinct named stream_ids a connection accepts in its life
+# Turns a connection holds beyond its MAX_IN_FLIGHT, all lanes together: the guide queues them
+# without saying how many, and each is a parsed frame of up to ``server.max_body_bytes``, so the
+# queue is bounded and a frame past it refused on its lane (``queue_full``) while reading goes on.
+QUEUED_TURNS = 8
 _LANE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
 CREATE = "response.create"
@@ -131,6 +135,26 @@ def lane_limit(lane: str) -> FrameRefused:
     return FrameRefused(400, "websocket_stream_limit_reached", message, "stream_id", lane)
 
 
+def queue_full(lane: str | None) -> FrameRefused:
+    """A turn past the ``MAX_IN_FLIGHT + QUEUED_TURNS`` a connection holds (running or waiting):
+    refused on its lane, where waiting for room would stop the reading of every lane (and the
+    answers to pings); the turns already taken go on."""
+    message = (f"this WebSocket connection already holds {MAX_IN_FLIGHT + QUEUED_TURNS} turns (at most "
+               f"{MAX_IN_FLIGHT} in flight, {QUEUED_TURNS} queued); send this one once one of them "
+               "ends")  # fmt: skip
+    return FrameRefused(429, "websocket_queue_full", message, "stream_id" if lane is not None else None, lane)
+
+
+def still_streaming(previous: str, lane: str | None) -> FrameRefused:
+    """A turn chained to a response another lane of the connection is still generating: not
+    stored yet, so refused as OpenAI refuses a ``previous_response_id`` it does not hold (its 400
+    ``previous_response_not_found``), on the turn's lane; sent once that response has completed,
+    it is taken. Waiting instead would hold a place in flight, unbounded, behind another lane."""
+    message = (f"Previous response with id '{previous}' not found: it is still being generated on this "
+               "connection; send this turn once it has completed")  # fmt: skip
+    return FrameRefused(400, "previous_response_not_found", message, "previous_response_id", lane)
+
+
 def expanded(body: dict[str, Any], last: Last | None) -> dict[str, Any]:
     """``body`` as it goes upstream. A turn chained to the connection's last response, which no
     upstream holds (``store: false``, a translated upstream's answer, a ``generate: false``
@@ -222,18 +246,26 @@ GOING_AWAY = 1001
 @dataclass(frozen=True)
 class Leave:
     """How the gateway ends a connection before its next turn: the close code and reason, the
-    error event sent first (None: none), and the ``reason`` of its log line (None: not logged)."""
+    error the turns it will not start are each answered with on their lane (``unstarted``), the
+    connection's error event sent last (None: none), and the ``reason`` of its log line (None:
+    not logged)."""
 
     code: int
     reason: bytes
+    unstarted: FrameRefused
     error: FrameRefused | None = None
     logged: str | None = None
 
 
-SHUTTING_DOWN = Leave(GOING_AWAY, b"the gateway is shutting down; connect again")
+SHUTTING_DOWN = Leave(GOING_AWAY, b"the gateway is shutting down; connect again",
+                      FrameRefused(503, "gateway_shutdown", "the gateway is shutting down; this turn was not "
+                                   "started: send it again on a new connection"))  # fmt: skip
 # A reload set ``server.responses_websocket: false``: the next upgrade is answered 426, on which
-# Codex goes on over HTTPS. No error event: a turn refused with one would be a failed turn.
+# Codex goes on over HTTPS. No connection error event: a client with no turn waiting would read
+# it as a failed turn. A turn that was waiting is refused as that upgrade would be.
 TURNED_OFF = Leave(GOING_AWAY, b"the gateway no longer serves the WebSocket mode; use POST /v1/responses",
+                   FrameRefused(426, "websocket_not_supported", "the gateway no longer serves the WebSocket "
+                                "mode; this turn was not started: send it with POST /v1/responses"),
                    logged="mode_off")  # fmt: skip
 
 
@@ -259,8 +291,8 @@ def aged(max_age_s: float) -> Leave:
     the connection is closed (``_ensure_websocket_connection``)."""
     message = (f"this WebSocket connection reached its limit of {_span(max_age_s)}; open a new "
                "connection to continue")  # fmt: skip
-    return Leave(GOING_AWAY, b"connection limit reached; connect again",
-                 FrameRefused(400, "websocket_connection_limit_reached", message), "max_age")  # fmt: skip
+    refused = FrameRefused(400, "websocket_connection_limit_reached", message)
+    return Leave(GOING_AWAY, b"connection limit reached; connect again", refused, refused, "max_age")
 
 
 def _span(seconds: float) -> str:
@@ -271,5 +303,10 @@ def _span(seconds: float) -> str:
 
 
 def refusal_error(refused: FrameRefused) -> dict[str, Any]:
-    return {"type": "invalid_request_error", "code": refused.code, "message": refused.message,
-            "param": refused.param}  # fmt: skip
+    kind = "server_error" if refused.status >= 500 else "invalid_request_error"
+    return {"type": kind, "code": refused.code, "message": refused.message, "param": refused.param}
+
+
+def unstarted(leave: Leave, lane: str | None) -> FrameRefused:
+    """The refusal of a turn on ``lane`` that a connection ending (``leave``) will not start."""
+    return replace(leave.unstarted, lane=lane)

@@ -20,9 +20,12 @@ from gateway.apis.responses.websocket import (
     error_frame,
     expanded,
     lane_limit,
+    queue_full,
     read_frame,
     refusal_error,
     remembered,
+    still_streaming,
+    unstarted,
     warm_response,
 )
 
@@ -170,3 +173,30 @@ def test_a_lane_past_the_connections_32_is_refused_with_its_stream_id() -> None:
 
 
 _CREATE = {"type": "response.create", "model": "m", "input": "hi"}
+
+
+def test_a_turn_a_connection_will_not_start_is_refused_on_its_lane_saying_why() -> None:
+    """Each way a connection ends has its own code for the turns it does not start, carried on
+    their lane; a drain's is a server error a client retries elsewhere."""
+    codes = {leave.unstarted.code: leave.unstarted.status for leave in (SHUTTING_DOWN, TURNED_OFF, aged(60))}
+    assert codes == {"gateway_shutdown": 503, "websocket_not_supported": 426,
+                     "websocket_connection_limit_reached": 400}  # fmt: skip
+    refused = unstarted(SHUTTING_DOWN, "a")
+    frame = json.loads(error_frame(refused.status, refusal_error(refused), refused.lane))
+    assert frame["stream_id"] == "a" and frame["error"]["type"] == "server_error" and frame["status"] == 503
+    assert unstarted(TURNED_OFF, None).lane is None and TURNED_OFF.unstarted.lane is None
+    assert refusal_error(unstarted(aged(60), "b"))["type"] == "invalid_request_error"
+
+
+def test_a_turn_past_what_a_connection_holds_is_refused_on_its_lane() -> None:
+    named, default = queue_full("a"), queue_full(None)
+    assert (named.status, named.code, named.lane, named.param) == (429, "websocket_queue_full", "a", "stream_id")
+    assert default.lane is None and default.param is None
+    assert "24 turns" in named.message
+
+
+def test_a_fork_of_a_response_still_generated_is_not_found_on_the_forking_lane() -> None:
+    refused = still_streaming("resp_x", "b")
+    assert (refused.status, refused.code, refused.param, refused.lane) == (
+        400, "previous_response_not_found", "previous_response_id", "b")  # fmt: skip
+    assert refused.message.startswith("Previous response with id 'resp_x' not found")
