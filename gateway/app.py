@@ -128,7 +128,8 @@ def create_app(
     app.router.add_get("/v1/models/{model}", observed(gemini_extras.gemini_or(forward.passthrough,
                                                                               gemini_extras.get_gemini_model)))
     # The Responses API's WebSocket mode: the connection is no request, each of its turns is.
-    turn = observed(websocket.turn_handler(forward.full_pipeline(OPENAI_RESPONSES)))
+    turn_pipeline = websocket.turn_handler(forward.full_pipeline(OPENAI_RESPONSES))
+    turn = observed(turn_pipeline, at_once=websocket.answered_at_once)  # its answers are frames
     refused, unauthenticated = observed(forward.upgrade_refused), observed(forward.upgrade_unauthenticated)
     draining = observed(forward.upgrade_draining)
     responses_get = websocket.serve(observed(forward.passthrough), refused, unauthenticated, draining, turn)

@@ -23,7 +23,7 @@ from gateway.logs import ACCESS
 from gateway.pipeline import accounting
 from gateway.pipeline.attempt import leg_over, settle_circuit
 from gateway.pipeline.models import gemini_caller
-from gateway.pipeline.outcome import AT_ONCE, STATE, RequestState
+from gateway.pipeline.outcome import STATE, AtOnce, RequestState
 from gateway.pipeline.relay import CLIENT_GONE, SHUTDOWN, relay, shutdown_failure
 from gateway.pipeline.stamp import stamp
 from gateway.services import SERVICES, Services
@@ -68,11 +68,17 @@ def request_id_of(request: web.Request) -> str:
     return random.getrandbits(128).to_bytes(16).hex()
 
 
-def observed(handler: Handler) -> Handler:
+def observed(handler: Handler, at_once: AtOnce | None = None) -> Handler:
     """``handler`` wrapped in the outermost stage. Wrapping each route's handler, rather
     than installing a middleware, spares aiohttp's middleware chain (two more coroutines
     and a partial per request): every request reaches some route, the last catches all. Health,
-    readiness and metrics are not API traffic: their routes are ``unobserved``."""
+    readiness and metrics are not API traffic: their routes are ``unobserved``.
+
+    ``at_once``: how an answer is sent where the request is no HTTP exchange of its own (a turn
+    of the Responses API's WebSocket mode, gateway/pipeline/websocket.py); observe hands a
+    buffered answer there, never preparing one on the request, whose connection is no longer
+    HTTP. Given with the route, not read off each request: aiohttp's ``request.get`` of a key
+    not there raises and catches a KeyError through two Python frames (issue #38)."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
         # Read once: the request runs to its end on this config, whatever a reload swaps in.
@@ -83,7 +89,6 @@ def observed(handler: Handler) -> Handler:
         state.method, state.path = request.method, request.path[:PATH_MAX]
         state.user_agent = user_agent_of(request.headers.get("User-Agent"))
         request[STATE] = state
-        at_once = request.get(AT_ONCE)
         state.over_websocket = at_once is not None
         svc.tracing.begin(request.headers, state)
         life.in_flight += 1  # the in-flight gauge reads it at scrape time

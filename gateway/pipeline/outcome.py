@@ -180,10 +180,9 @@ class RequestState:
 
 STATE = web.RequestKey("llm_state", RequestState)
 # How a request that is no HTTP exchange of its own (a turn of the Responses API's WebSocket
-# mode, gateway/pipeline/websocket.py) is sent an answer written at once: observe hands it
-# there, never preparing one on the request, whose connection is no longer HTTP.
+# mode, gateway/pipeline/websocket.py) is sent an answer written at once: ``observed``'s
+# ``at_once``.
 AtOnce = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
-AT_ONCE: web.RequestKey[AtOnce] = web.RequestKey("llm_at_once")
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ handshake's headers, admitted, routed, retried, classified, compressed and trans
 The seam is the stream the relay writes: :class:`FramedStream` takes the SSE events the relay
 writes (the Gemini JSON array's way, ``state.stream_response``) and sends each event's data as
 one text frame; an answer written at once (an error before any event) becomes the mode's error
-frame (observe hands it here, ``AT_ONCE``: nothing on a turn is ever written to the connection as
+frame (observe hands it here, its ``at_once``: nothing on a turn is ever written to the connection as
 HTTP). Each lane keeps its last response, so a turn that sends only its new items with
 ``previous_response_id`` (on its lane, or forking another lane's onto its own) reaches an
 upstream that does not hold that response whole (``expanded``).
@@ -71,7 +71,7 @@ from gateway.apis.synthesize import responses_stream
 from gateway.live import LIVE
 from gateway.pipeline.admit import LOOKED_AGAIN, identify
 from gateway.pipeline.forward import authenticate
-from gateway.pipeline.outcome import AT_ONCE, STATE
+from gateway.pipeline.outcome import STATE
 from gateway.pipeline.relay import relay
 from gateway.routing.stored import stores
 from gateway.services import SERVICES
@@ -241,7 +241,7 @@ def turn_handler(pipeline: Handler) -> Handler:
         request[STATE].stream_response = functools.partial(FramedStream, turn)
         if turn.warm is not None:
             return await _warmed(request, turn, turn.warm)
-        return await pipeline(request)  # an answer written at once: observe frames it (AT_ONCE)
+        return await pipeline(request)  # an answer written at once: observe frames it (at_once)
 
     return answer
 
@@ -500,7 +500,6 @@ class Connection:
     async def _run(self, frame: Create, body: dict[str, Any], turn: Turn) -> None:
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
-        request[AT_ONCE] = answered_at_once
         response = await self.turn(request)
         if not response.prepared and not turn.answered:  # observe's 500 for a bug inside it
             await answered_at_once(request, response)
@@ -529,7 +528,7 @@ class _Lane:
 
 class _NotHTTP(AbstractStreamWriter):
     """The writer of a turn's request: the connection under it speaks WebSocket, so an HTTP
-    answer prepared on the turn (a path that forgot ``AT_ONCE``) fails before any byte of it
+    answer prepared on the turn (a route observed without ``at_once``) fails before any byte of it
     is written, rather than corrupting the connection (the client's 1002)."""
 
     async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
