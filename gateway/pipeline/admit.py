@@ -55,8 +55,10 @@ async def identify(svc: Services, headers: Mapping[str, str], query_key: str | N
 def _may_be_new(svc: Services, presented: list[str]) -> bool:
     """Whether one of these keys could be one issued on another replica that this one has not
     read yet: issued-shaped and unknown here, where issued keys are taken at all (beside named
-    keys, with issuing on: a replica of flat keys only never puts one in its ring)."""
-    if svc.issued is None or not svc.cfg.keys or not svc.cfg.keys_api.max_issued:
+    keys, as ``ClientAuth.from_config`` takes them, whatever this replica's own ``max_issued``:
+    one that issues none still serves those issued elsewhere; a replica of flat keys only
+    never puts one in its ring)."""
+    if svc.issued is None or not svc.cfg.keys:
         return False
     ring = svc.auth.ring.by_digest
     return any(may_be_issued((p,)) and digest(p) not in ring for p in presented if p)
