@@ -309,7 +309,9 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     if state.tool_outputs is not None:
         record["tool_outputs"] = state.tool_outputs
     if state.params_dropped:
-        record["params_dropped"] = state.params_dropped  # field names, never values
+        # Field names, and an adapted setting's values as asked and as sent (``top_k=64->40``,
+        # ``reasoning_effort=low->medium``): an effort on OpenAI's scale or a number, never client text.
+        record["params_dropped"] = state.params_dropped
     if state.reasoning_dropped is not None:
         record["reasoning_dropped"] = state.reasoning_dropped  # what kind, never content
     if state.output_capped is not None:

@@ -104,6 +104,10 @@ class RequestState:
     # Parameters left out (or renamed, ``max_tokens->max_completion_tokens``) because the model
     # refuses them (``pipeline/param_fix.py``).
     params_dropped: list[str] | None = None
+    # The labels of the learned fixes applied to what was sent (``ParamFix.label``): a refusal
+    # whose fix is among them came back with the fix applied, and is not rescued again. Not
+    # ``params_dropped``, which says what a fix did to this body (``top_k=64->40``).
+    params_fixed: list[str] | None = None
     # Of those, the ones left out after a refusal, each at the cost of one more call (the limit
     # counts these: a translation's own drops, a Responses request's hosted tools, cost none).
     params_rescued: int = 0

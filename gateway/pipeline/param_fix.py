@@ -29,7 +29,7 @@ async def rescue(
     onward: Onward | None = None,
 ) -> Outcome:
     fix = refusal_fix(refused.classification.message, refused.body)
-    done = state.params_dropped or []
+    done = state.params_fixed or []
     if fix is None or fix.label in done or state.params_rescued >= MAX_FIXES:
         return refused
     try:

@@ -423,6 +423,8 @@ def param_fixed(svc: Services, state: RequestState, call: Call, body: bytes) -> 
     """``body`` without the parameters the upstream's model refused before (param_fix.py)."""
     body, done = svc.param_fixes.applied(call.up.cfg.name, call.wire_model or state.model, body)
     if done:
+        fixed = state.params_fixed or []
+        state.params_fixed = fixed + [label for label, _ in done if label not in fixed]
         noted = state.params_dropped or []
-        state.params_dropped = noted + [label for label in done if label not in noted]
+        state.params_dropped = noted + [shown for _, shown in done if shown not in noted]
     return body

@@ -527,9 +527,11 @@ class ParamFixes(Learned[tuple[ParamFix, ...]]):
         if fix not in known:
             self._put(upstream, model, (*known, fix))
 
-    def applied(self, upstream: str, model: str | None, body: bytes) -> tuple[bytes, list[str]]:
-        """``body`` with the (upstream, model)'s learned fixes, and their labels (none: the
-        body unchanged)."""
+    def applied(self, upstream: str, model: str | None, body: bytes) -> tuple[bytes, list[tuple[str, str]]]:
+        """``body`` with the (upstream, model)'s learned fixes, and each applied fix's label and
+        what it did (``shown``; none: the body unchanged). The two differ for an adapted value
+        (``top_k<=40``, ``top_k=64->40``): the label is what a rescue is guarded by, whatever
+        the body held, the shown text is what the client is told."""
         fixes = self._get(upstream, model)
         if not fixes:
             return body, []
@@ -539,10 +541,10 @@ class ParamFixes(Learned[tuple[ParamFix, ...]]):
             return body, []
         if not isinstance(doc, dict):
             return body, []
-        done = []
+        done: list[tuple[str, str]] = []
         for fix in fixes:
             fixed = fix.apply(doc)
             if fixed is not None:
-                done.append(fix.shown(doc))
+                done.append((fix.label, fix.shown(doc)))
                 doc = fixed
         return (jsonbody.dumps(doc, lenient=lenient), done) if done else (body, [])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import unquote
 
 from gateway.translate import json_schema
 
@@ -81,7 +82,8 @@ def _prepared(schema: Any) -> Any:
 def _used_definitions(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` without the root's definitions that nothing refers to (a model's leftovers
     count for strict mode though they describe nothing the answer holds); as it is where a
-    reference points anywhere else."""
+    reference points anywhere else, or names a definition not found: pruned then, what it
+    names might be one left out."""
     tables = {key: schema[key] for key in ("$defs", "definitions") if isinstance(schema.get(key), dict)}
     if not tables:
         return schema
@@ -93,8 +95,11 @@ def _used_definitions(schema: dict[str, Any]) -> dict[str, Any]:
         m = _DEF_REF.match(ref)
         if m is None:
             return schema  # a reference of another kind: what it reaches is not worked out
-        key, name = m.group(1), m.group(2).replace("~1", "/").replace("~0", "~")
-        if (key, name) in used or name not in tables.get(key, {}):
+        # A URI fragment: percent-decoded first (``A%20B``), then a JSON pointer's escapes.
+        key, name = m.group(1), unquote(m.group(2)).replace("~1", "/").replace("~0", "~")
+        if name not in tables.get(key, {}):
+            return schema
+        if (key, name) in used:
             continue
         used.add((key, name))
         todo += _refs(tables[key][name])
@@ -107,9 +112,12 @@ def _used_definitions(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _refs(schema: Any) -> list[str]:
+    """Every ``$ref`` ``schema`` holds, under any keyword: not only those ``json_schema.nested``
+    walks, as one under ``propertyNames`` or ``additionalProperties`` missed would leave its
+    definition pruned yet referred to. One that is data (in a ``default``) only keeps more."""
     if isinstance(schema, list):
         return [r for s in schema for r in _refs(s)]
     if not isinstance(schema, dict):
         return []
     own = [schema["$ref"]] if isinstance(schema.get("$ref"), str) else []
-    return own + [r for s in json_schema.nested(schema) for r in _refs(s)]
+    return own + [r for s in schema.values() for r in _refs(s)]

@@ -128,6 +128,20 @@ async def test_the_same_refusal_twice_is_answered(make_gateway) -> None:
     assert status == 400 and headers["x-llm-attempts"] == "2" and len(gw.fake.chat_requests()) == 2
 
 
+async def test_the_same_refusal_of_an_adapted_effort_twice_is_answered(make_gateway) -> None:
+    """An adapted value is told as what was asked and sent (``low->medium``), which is not the
+    fix's own label: the guard goes by the label, so the second refusal is answered."""
+    gw = await make_gateway()
+    gw.fake.always = Reply(400, {"error": {
+        "message": "Unsupported value: 'reasoning_effort' does not support 'low' with this model. "
+                   "Supported values are: 'medium'.",
+        "type": "invalid_request_error", "param": "reasoning_effort", "code": "unsupported_value"}})  # fmt: skip
+    status, headers, _ = await gw.chat({"model": "gpt-4o", "reasoning_effort": "low", "messages": HI})
+    assert status == 400 and headers["x-llm-attempts"] == "2"
+    assert [r.json()["reasoning_effort"] for r in gw.fake.chat_requests()] == ["low", "medium"]
+    assert headers["x-llm-params-dropped"] == "reasoning_effort=low->medium"
+
+
 # Mistral's 422 for a field it does not take (editor-code-assistant/eca#231, verbatim; in
 # tests/corpus/hosted_more.json): a validation error, not a sentence.
 MISTRAL_EXTRA = {"object": "error", "message": {"detail": [{
@@ -321,3 +335,13 @@ async def test_a_top_k_above_what_a_gemini_model_takes_goes_as_its_highest_once_
     sent = [r.json()["generationConfig"] for r in gw.fake.gemini_requests()]
     assert [g["topK"] for g in sent] == [64, 40, 40]
     assert {k: v for k, v in sent[0].items() if k != "topK"} == {k: v for k, v in sent[1].items() if k != "topK"}
+
+
+async def test_the_same_refusal_of_a_lowered_top_k_twice_is_answered(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [gemini], api_key: k-gemini, model_map: {'*': gemini-2.0-flash}")
+    cases = json.loads((CORPUS.parent / "google.json").read_text())["cases"]
+    gw.fake.always = Reply(400, next(c["body"] for c in cases if c["name"] == "gemini-1.5-flash-400-top-k-out-of-range"))
+    cli = json.loads((CORPUS / "gemini-cli-0.61-first.json").read_text())["body"]
+    async with gw.session.post(gw.base + "/v1beta/models/gemini-2.0-flash:generateContent", json=cli) as r:
+        assert r.status == 400 and r.headers["x-llm-attempts"] == "2"
+    assert [r.json()["generationConfig"]["topK"] for r in gw.fake.gemini_requests()] == [64, 40]

@@ -112,9 +112,10 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
 
 
 def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    api = _UPSTREAM_API.get(target.onward, "this upstream")
     if field(payload, "cachedContent"):
-        raise Untranslatable("'cachedContent' names a cache kept by Google's API; a chat completions "
-                             "upstream cannot read it")  # fmt: skip
+        raise Untranslatable(f"'cachedContent' names a cache kept by Google's API; the gateway does not "
+                             f"carry it to {api}")  # fmt: skip
     messages: list[dict[str, Any]] = []
     system = _system(field(payload, "systemInstruction"))
     if system:
@@ -125,7 +126,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     names = names_for(payload.get("tools"), contents)
     messages += _messages(contents, names, files=target.onward in ("messages", "responses"),
                           short_ids=not target.onward, anthropic=target.onward == "messages",
-                          model=target.model or None)  # fmt: skip
+                          model=target.model or None, api=api)  # fmt: skip
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
     if config is not None:
@@ -180,6 +181,7 @@ class _Convo:
         # (contents from ``asked_from`` on) is refused here, where the client's own field is known.
         self.anthropic = anthropic
         self.model: str | None = None  # the upstream's: another model's sealed thinking is left out
+        self.api = "chat completions"  # the API the route ends on, as a refusal names it (``_UPSTREAM_API``)
         self.asked_from = asked_from
         self.over: dict[typed.Path, Over] = {}  # the images that cannot go on to Messages as they are
         self.ids = to_chat_id if short_ids else str  # how an id is written, on a call and its response
@@ -208,11 +210,12 @@ class _Convo:
 
 def _messages(
     contents: list[Any], names: Names, files: bool, short_ids: bool = False, anthropic: bool = False,
-    model: str | None = None,
+    model: str | None = None, api: str = "chat completions",
 ) -> list[dict[str, Any]]:  # fmt: skip
     asked = asked_from(contents, lambda c: isinstance(c, dict) and c.get("role") == "model")
     convo = _Convo(names, files, short_ids, anthropic, asked)
     convo.model = model
+    convo.api = api
     convo.over = _image_plan(contents, asked) if anthropic else {}
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
@@ -265,8 +268,8 @@ def _model_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
             continue
         else:
             raise Untranslatable(
-                f"contents[{i}].parts[{j}]: a model turn's {_kind(part)} part cannot be carried to a chat "
-                "completions upstream"
+                f"contents[{i}].parts[{j}]: the gateway does not carry a model turn's {_kind(part)} part "
+                f"to {convo.api}"
             )
     # content "", not null, beside tool calls: llama-cpp-python answers 500 to null (tests/real/NOTES.md).
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
@@ -303,13 +306,13 @@ def _user_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
             chat_parts.append(_inline(field(part, "inlineData"), at, convo, i))
         elif has(part, "fileData"):
             raise Untranslatable(f"contents[{i}].parts[{j}].fileData names a file kept by Google's API; "
-                                 "a chat completions upstream cannot fetch it")  # fmt: skip
+                                 f"the gateway does not carry it to {convo.api}")  # fmt: skip
         elif _only_metadata(part):
             continue
         else:
             raise Untranslatable(
-                f"contents[{i}].parts[{j}]: a user turn's {_kind(part)} part cannot be carried to a chat "
-                "completions upstream"
+                f"contents[{i}].parts[{j}]: the gateway does not carry a user turn's {_kind(part)} part "
+                f"to {convo.api}"
             )
     if images_after:
         # A chat tool message carries text only: the images a function returned follow it.
@@ -464,8 +467,9 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
         out["stop"] = list(stops)[:STOP_MAX] if not onward else list(stops)
     modalities = _config(config, "responseModalities", typed.strings)
     if any(m.upper() != "TEXT" for m in modalities):
-        raise Untranslatable("'responseModalities' other than TEXT need a Gemini model; a chat completions "
-                             "upstream answers in text")  # fmt: skip
+        api = _UPSTREAM_API.get(onward, "this upstream")
+        raise Untranslatable(f"'responseModalities' other than TEXT need a Gemini model; the gateway "
+                             f"does not carry them to {api}")  # fmt: skip
     fmt = _response_format(config)
     if fmt is not None:
         out["response_format"] = fmt

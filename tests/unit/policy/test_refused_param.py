@@ -176,7 +176,7 @@ def test_learned_fixes_apply_per_upstream_and_model_to_the_bytes_sent() -> None:
     fixes.learn("u", "gpt-4o", ParamFix("temperature"))
     fixes.learn("u", "gpt-4o", ParamFix("temperature"))  # once
     out, done = fixes.applied("u", "gpt-4o", body)
-    assert out == b'{"model":"gpt-4o"}' and done == ["reasoning_effort", "temperature"]
+    assert out == b'{"model":"gpt-4o"}' and done == [("reasoning_effort",) * 2, ("temperature",) * 2]
     assert fixes.applied("u", "gpt-4.1", body) == (body, []) and fixes.applied("v", "gpt-4o", body) == (body, [])
     assert fixes.applied("u", "gpt-4o", b"not json") == (b"not json", [])
 
@@ -186,7 +186,7 @@ def test_effort_learned_beside_tools_leaves_a_turn_without_tools_as_it_came() ->
     fixes.learn("u", "gpt-5.4", EFFORT_WITH_TOOLS)
     with_tools = b'{"model":"gpt-5.4","reasoning_effort":"high","tools":[{"type":"function"}]}'
     out, done = fixes.applied("u", "gpt-5.4", with_tools)
-    assert json.loads(out)["reasoning_effort"] == "none" and done == ["reasoning_effort=none"]
+    assert json.loads(out)["reasoning_effort"] == "none" and done == [("reasoning_effort=none",) * 2]
     without = b'{"model":"gpt-5.4","reasoning_effort":"high"}'
     assert fixes.applied("u", "gpt-5.4", without) == (without, [])
 
@@ -197,7 +197,7 @@ def test_the_learned_table_is_bounded() -> None:
         fixes.learn("u", f"m{i}", ParamFix("seed"))
     assert fixes.applied("u", f"m{LEARNED_MAX + 1}", b'{"seed":1}') == (b'{"seed":1}', [])
     fixes.learn("u", "m0", ParamFix("top_p"))  # a known entry still grows
-    assert fixes.applied("u", "m0", b'{"seed":1,"top_p":1}') == (b"{}", ["seed", "top_p"])
+    assert fixes.applied("u", "m0", b'{"seed":1,"top_p":1}') == (b"{}", [("seed", "seed"), ("top_p", "top_p")])
 
 
 TOP_P = "Unsupported parameter: 'top_p' is not supported with this model."  # lfnovo/open-notebook#107
@@ -301,10 +301,12 @@ def test_an_adapted_effort_is_told_as_what_was_sent_not_the_list_taken() -> None
     fixes = ParamFixes()
     fixes.learn("u", "gpt-5.1-codex", ParamFix("reasoning.effort", supported=("low", "medium", "high")))
     out, done = fixes.applied("u", "gpt-5.1-codex", b'{"reasoning":{"effort":"none"}}')
-    assert (json.loads(out), done) == ({"reasoning": {"effort": "low"}}, ["reasoning.effort=none->low"])
+    # The label, what a rescue is guarded by, is the fix; the shown text is what it did to this body.
+    assert (json.loads(out), done) == ({"reasoning": {"effort": "low"}},
+                                       [("reasoning.effort=low|medium|high", "reasoning.effort=none->low")])
     fixes.learn("u", "m", ParamFix("reasoning_effort", supported=("medium",)))
     out, done = fixes.applied("u", "m", b'{"reasoning_effort":"turbo"}')  # off the scale: left out
-    assert (json.loads(out), done) == ({}, ["reasoning_effort"])
+    assert (json.loads(out), done) == ({}, [("reasoning_effort=medium", "reasoning_effort")])
 
 
 @pytest.mark.parametrize(("fix", "doc", "fixed"), [

@@ -522,6 +522,29 @@ def test_a_refused_google_tool_names_the_upstreams_own_api(onward: str, names: s
                            f"{names} (a model routed to a Gemini API upstream can run it)")  # fmt: skip
 
 
+@pytest.mark.parametrize(("onward", "names"), [
+    ("chat", "chat completions"), ("messages", "Anthropic Messages"), ("responses", "OpenAI Responses"),
+])  # fmt: skip
+@pytest.mark.parametrize(("extra", "says"), [
+    ({"cachedContent": "cachedContents/1"}, "'cachedContent' names a cache kept by Google's API; the gateway does "
+                                            "not carry it to {}"),
+    ({"contents": [{"role": "user", "parts": [{"fileData": {"fileUri": "https://x/files/1"}}]}]},
+     "contents[0].parts[0].fileData names a file kept by Google's API; the gateway does not carry it to {}"),
+    ({"generationConfig": {"responseModalities": ["IMAGE"]}},
+     "'responseModalities' other than TEXT need a Gemini model; the gateway does not carry them to {}"),
+    ({"contents": [{"role": "user", "parts": [{"executableCode": {"code": "1"}}]}]},
+     "contents[0].parts[0]: the gateway does not carry a user turn's executableCode part to {}"),
+])  # fmt: skip
+def test_what_needs_googles_servers_is_refused_naming_the_routes_api(
+    onward: str, names: str, extra: dict[str, Any], says: str,
+) -> None:
+    """A Gemini client on a Claude or Responses route was told "a chat completions upstream cannot
+    read it", an upstream the operator had not configured (review)."""
+    out = default_translations().table["gemini", onward].request(base(**extra), TARGET)
+    assert isinstance(out, Refusal), out
+    assert out.message == says.format(names)
+
+
 @pytest.mark.parametrize("config", [{"responseLogprobs": True}, {"response_logprobs": True, "logprobs": 3},
                                     {"logprobs": 3}])  # fmt: skip
 def test_log_probabilities_are_refused_as_chats_own_are(config: dict[str, Any]) -> None:
