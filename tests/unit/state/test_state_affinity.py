@@ -231,7 +231,8 @@ def _svc() -> Any:
 
     from gateway.telemetry import Telemetry
 
-    return SimpleNamespace(rand=lambda: 0.5, telemetry=Telemetry(CollectorRegistry(), ()))
+    one_worker = SimpleNamespace(server=SimpleNamespace(worker_count=1))
+    return SimpleNamespace(rand=lambda: 0.5, telemetry=Telemetry(CollectorRegistry(), ()), cfg=one_worker)
 
 
 def _ready(weights: dict[str, float]) -> list[Any]:
