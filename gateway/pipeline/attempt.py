@@ -54,7 +54,7 @@ from gateway.routing.headers import with_content_type
 from gateway.routing.headroom import UNSTATED_WINDOW_MS
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
-from gateway.state.pools import Mark, PoolSent
+from gateway.state.pools import Mark, PoolSent, Taken
 from gateway.translate import Translation
 from gateway.upstream import BadRequestHead, BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
@@ -108,8 +108,8 @@ class Call:
     wire_model: str | None = None
     rewritten: bool = False  # the body is the gateway's (``wire_payload`` reads it back)
     # Its first attempt was counted against the pool deployment's configured limits at the
-    # pick (``PoolState.take``); any later one is counted as it goes.
-    taken: bool = False
+    # pick (``PoolState.take``'s answer); any later one is counted as it goes.
+    taken: Taken | None = None
     # Its latest attempt's time to the response head; None until one came. Per call, not per
     # request: the tracer places each attempt's first byte by it, also for attempts made at
     # once (``state.upstream_head_s`` is whichever came last).
@@ -134,15 +134,15 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         ps = svc.pool_state
         assert ps is not None
         tokens = round(len(body) / BYTES_PER_TOKEN)
-        taken, call.taken = call.taken, False
+        taken, call.taken = call.taken, None
         scope = state.pool_model
-        if not taken and ps.takes(call.up.cfg, scope):
+        if taken is None and ps.takes(call.up.cfg, scope):
             # A retry or a resend of the request, or one not retried along the pool: each call
             # counts against the limits the operator set, so none goes past them.
-            if not await ps.take(call.up.cfg, scope, tokens):
+            taken = await ps.take(call.up.cfg, scope, tokens)
+            if taken is None:
                 return limits_used_up(svc, call.up)
-            taken = True
-        mark = ps.sent(call.up.cfg, scope, tokens, taken)
+        mark = ps.sent(call.up.cfg, scope, tokens, taken or False)
         state.pool_sent = PoolSent(call.up.cfg, scope, mark, tokens, call.dialect.api, body)
     elif state.pool_sent is not None:
         state.pool_sent = None  # a fallback's answer is not the deployment's

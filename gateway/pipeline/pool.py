@@ -215,9 +215,9 @@ async def _sent_pool(
             if ps.takes(up.cfg, model):
                 # Its configured limits are taken in the store now, atomically across replicas:
                 # used up, it sits out (its view says so from now on) and the pick goes on.
-                if not await ps.take(up.cfg, model, round(len(call.body) / BYTES_PER_TOKEN)):
+                call.taken = await ps.take(up.cfg, model, round(len(call.body) / BYTES_PER_TOKEN))
+                if call.taken is None:
                     continue
-                call.taken = True
             if back is None:  # going back is a retry of that deployment, not a pick
                 _picked(svc, state, pool, up, "stored_search" if not_held else why if opening else "moved")
             opening = False
@@ -452,10 +452,8 @@ async def taken(svc: Services, state: RequestState, call: Call, size: int) -> bo
     ps, up = svc.pool_state, call.up
     if ps is None or not up.pooled or not ps.takes(up.cfg, state.model):
         return True
-    if not await ps.take(up.cfg, state.model, round(size / BYTES_PER_TOKEN)):
-        return False
-    call.taken = True
-    return True
+    call.taken = await ps.take(up.cfg, state.model, round(size / BYTES_PER_TOKEN))
+    return call.taken is not None
 
 
 def _why_none_serves(views: list[Deployment], now_ms: float) -> ErrorType:

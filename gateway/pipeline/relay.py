@@ -19,7 +19,7 @@ from aiohttp import web
 
 from gateway.apis import DIALECT_FOR_API, OPENAI_CHAT, api_of_path, output_budget
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
-from gateway.config import on_azure_openai
+from gateway.config import ANTHROPIC_HOST, on_azure_openai
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
@@ -366,7 +366,8 @@ def pool_used(svc: Services, state: RequestState, usage: dict[str, int]) -> None
     azure = on_azure_openai(sent.up.base_url)
     # Only Azure counts the output budget asked (policy/window_count.py): read back for it alone.
     output = output_budget.asked(sent_doc(sent.body)) if azure else None
-    tokens = window_count.counted(usage, azure=azure, api=sent.api, sent_output=output)
+    tokens = window_count.counted(usage, azure=azure, anthropic=sent.up.host == ANTHROPIC_HOST, api=sent.api,
+                                  sent_output=output)  # fmt: skip
     if tokens is not None:
         svc.pool_state.used(sent.up, sent.model, sent.mark, sent.estimate, tokens)
 

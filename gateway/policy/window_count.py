@@ -18,6 +18,9 @@ The providers count differently:
   and a Claude Code turn reads nearly all of its prompt from the cache: counted whole, with its
   output, one turn took the ITPM of many. So its count is the uncached input alone, the measure
   the call's estimate (its prompt) stood for; its output is left to the readings of OTPM.
+  Anthropic's own API only (``api.anthropic.com``): the other Messages servers (DeepSeek's,
+  MiniMax's and Moonshot's ``/anthropic`` endpoints, vLLM's) say nothing of such windows, and a
+  ``tokens_per_minute`` configured for them, counting no output, was overshot by every answer.
 * Else (OpenAI and the servers that copy its headers): the prompt and the output, one window.
 
 Pure: no I/O.
@@ -28,16 +31,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
-def counted(usage: Mapping[str, int], *, azure: bool, api: str, sent_output: int | None) -> int | None:
+def counted(usage: Mapping[str, int], *, azure: bool, anthropic: bool, api: str,
+            sent_output: int | None) -> int | None:  # fmt: skip
     """The tokens the deployment's window holds for the answered call; None when the usage
     states no prompt or no output (then nothing replaces the estimate). ``azure``: an Azure
-    OpenAI deployment; ``api``: the API the call was sent in; ``sent_output``: the output budget
-    it named (Azure's only)."""
+    OpenAI deployment; ``anthropic``: one of Anthropic's own API (``config.ANTHROPIC_HOST``);
+    ``api``: the API the call was sent in; ``sent_output``: the output budget it named (Azure's
+    only)."""
     prompt, completion = usage.get("prompt"), usage.get("completion")
     if prompt is None or completion is None:
         return None
     if azure:
         return prompt + max(completion, sent_output or 0)
-    if api == "messages":
+    if anthropic and api == "messages":
         return max(0, prompt - usage.get("cache_read", 0))
     return prompt + completion

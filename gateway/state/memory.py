@@ -152,6 +152,7 @@ def passes(n: int, k: int, requests_per_minute: int | None, tokens_per_minute: i
 class MemoryStore:
     backend = "memory"
     healthy = True  # this process's memory always answers
+    epoch = 0  # and never loses what was written to it
 
     def __init__(
         self,
@@ -254,7 +255,9 @@ class MemoryStore:
         for key, counts, ttl_s in adds:
             rec = dict(self._records.get(key) or {})
             for name, n in counts.items():
-                rec[name] = rec.get(name, 0) + n
+                # Never below nothing: a usage's correction lowers a count that held its estimate
+                # (RECORDS_ADD's floor, as Redis keeps it).
+                rec[name] = max(0, rec.get(name, 0) + n)
             self._records.put(key, rec, ttl_s)
         return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits), held
 

@@ -113,6 +113,10 @@ class _Sends:
     # Minute -> [requests, tokens] not yet in that minute's usage (n:…#m), for configured
     # limits: by the minute they were sent in, which the read that takes them may not be in.
     pending: dict[int, list[int]] = field(default_factory=dict)
+    flushes: int = 0  # times ``pending`` went out: a send's estimate is in it until the next
+    # Minute -> [store epoch, tokens]: usages below estimates that left this process, to take
+    # off that minute's count while the store holds them still (the same epoch).
+    credit: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -150,6 +154,18 @@ class Mark:
 
     index: int
     t0: float
+    # The store's epoch its estimate was counted in (``StateStore.epoch``): at the send, or at
+    # the start of its ``take``; None when a take's was not known to be the store's.
+    epoch: int | None = None
+    flushes: int = -1  # its sends' ``flushes`` at the send (-1: taken, never pending here)
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A ``take`` that passed: the store epoch it was counted in, or None when the store may
+    have served it from this process's memory alone (an epoch moved on during the take)."""
+
+    epoch: int | None
 
 
 class PoolSent(NamedTuple):
@@ -294,28 +310,32 @@ class PoolState:
             return False
         return not _states_limit(self._records.get(self._keys_of(up.name, self.served(up, model))[2]))
 
-    async def take(self, up: UpstreamConfig, model: str | None, tokens: int) -> bool:
+    async def take(self, up: UpstreamConfig, model: str | None, tokens: int) -> Taken | None:
         """One request of ``tokens`` counted against ``up``'s configured limits in the store,
-        atomically, or nothing when that would pass them: False, and ``up`` sits out here until
+        atomically, or nothing when that would pass them: None, and ``up`` sits out here until
         the minute's end. Counting each replica's sends in the store afterwards let two
-        replicas each send the whole limit in the same moment (40 calls for 20, measured)."""
+        replicas each send the whole limit in the same moment (40 calls for 20, measured).
+        What passed goes to ``sent``: where it was counted decides whether a usage below it
+        may lower the store's count (``used``)."""
         assert up.limits is not None
         model = self.served(up, model)
         key = f"{self._keys_of(up.name, model)[4]}#{(minute := self._minute())}"
         limits = up.limits
+        epoch = self.store.epoch
         ok, n, k = await self.store.records_take(key, limits.requests_per_minute, limits.tokens_per_minute,
                                                  tokens, _USAGE_TTL_S)  # fmt: skip
         _bounded(self._records)[key] = {"n": float(n), "k": float(k)}
         if not ok:
             _bounded(self._used_up)[(up.name, unscoped(model))] = ((minute + 1) * 60_000, limits)
-        return ok
+            return None
+        return Taken(epoch if self.store.epoch == epoch else None)
 
     # -- what every answer tells ---------------------------------------------------------------
 
-    def sent(self, up: UpstreamConfig, model: str | None, tokens: int, taken: bool = False) -> Mark:
+    def sent(self, up: UpstreamConfig, model: str | None, tokens: int, taken: Taken | bool = False) -> Mark:
         """One request went to ``up``: counted against its headroom and, unless it was taken
-        from them already (``take``), its configured limits. The mark goes with its answer to
-        ``observe``."""
+        from them already (``take``'s answer; True: taken where it is not known), its
+        configured limits. The mark goes with its answer to ``observe``."""
         model = self.served(up, model)
         sends = self._sends.get((up.name, model))
         if sends is None:
@@ -323,7 +343,12 @@ class PoolState:
         now_ms = self.wall() * 1000
         if sends.times and sends.times[0] < now_ms - _LOG_MS:
             sends.forget(now_ms, int(now_ms // 60_000))
-        mark = Mark(sends.total, now_ms)
+        if isinstance(taken, Taken):
+            mark = Mark(sends.total, now_ms, taken.epoch)
+        elif taken or up.limits is None:
+            mark = Mark(sends.total, now_ms)
+        else:
+            mark = Mark(sends.total, now_ms, self.store.epoch, sends.flushes)
         sends.times.append(now_ms)
         sends.tokens.append((sends.tokens[-1] if sends.tokens else sends.tokens_before) + tokens)
         if up.limits is not None and not taken:
@@ -367,11 +392,14 @@ class PoolState:
         configured ``limits``' minute, and the difference goes to the other replicas' count.
         Counted at the estimate alone, a deployment's windows missed every answer's output.
         Once per answer (the caller's ``pool_sent`` is taken as it is read). A usage below the
-        estimate lowers the minute's count by the difference, signed, wherever the estimate is
-        counted now: still pending here, or in the store already (a read or a flush took it, or
-        ``take`` counted it there), so the count never loses more than this send's estimate,
-        which it holds. Kept at zero at least, the difference was lost once the estimate had
-        left this process (always, for a ``take``n send)."""
+        estimate lowers the minute's count by the difference only where the estimate is known
+        to be counted: still pending here, or in the store at the epoch it went there in (a read
+        or a flush took it, or ``take`` counted it there, and the store has served nothing from
+        memory, lost nothing, since: ``StateStore.epoch``). Lowered where it never was (a
+        Redis restarted empty while the answer came, or taken for down at the take), the count
+        went below what the other replicas had taken: 15,000 tokens admitted in a minute of
+        10,000 (review). Elsewhere the difference is lost, the count held high to the minute's
+        end (the cautious side)."""
         delta = tokens - estimate
         if not delta or tokens < 0:
             return
@@ -383,13 +411,23 @@ class PoolState:
         # running total from its own on moves by the difference.
         for i in range(mark.index - sends.first, len(cumulative)):
             cumulative[i] += delta
-        if up.limits is not None:
-            cell = sends.pending.get(minute := int(mark.t0 // 60_000))
-            if cell is None:
-                if minute >= self._minute() - 1:  # else read by no one any more
-                    sends.pending[minute] = [0, delta]  # added to the store's count, signed
-            else:
-                cell[1] += delta
+        minute = int(mark.t0 // 60_000)
+        if up.limits is not None and minute >= self._minute() - 1:  # (else read by no one any more)
+            here = sends.pending.get(minute) if mark.flushes == sends.flushes else None
+            if here is not None:  # its estimate is in it
+                here[1] += delta
+            elif delta > 0:
+                cell = sends.pending.get(minute)
+                if cell is None:
+                    sends.pending[minute] = [0, delta]
+                else:
+                    cell[1] += delta
+            elif mark.epoch is not None and mark.epoch == self.store.epoch:
+                credit = sends.credit.get(minute)
+                if credit is None or credit[0] != mark.epoch:
+                    sends.credit[minute] = [mark.epoch, delta]
+                else:
+                    credit[1] += delta
         if self._shared:
             cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
             cell[1] += delta
@@ -561,6 +599,8 @@ class PoolState:
             usage = records.get(f"{nkey}#{minute}") or {}
             ends = (minute + 1) * 60_000
             pending_n, pending_k = sends.pending.get(minute, (0, 0)) if sends else (0, 0)
+            if sends and (credit := sends.credit.get(minute)) and credit[0] == self.store.epoch:
+                pending_k += credit[1]
             if rpm is not None:
                 counted, out_until, why = _left(rpm - usage.get("n", 0.0) - pending_n, rpm,
                                                 ends, now_ms, out_until, why)  # fmt: skip
@@ -646,6 +686,7 @@ class PoolState:
         writes = [(k, f, ttl) for k, (f, ttl) in self._writes.items()]
         self._writes.clear()
         adds: list[tuple[str, dict[str, int], float]] = []
+        credits: list[tuple[str, dict[str, int], float]] = []
         back = set(reads)
         for (name, model), sends in self._sends.items():
             _, _, _, skey, nkey = self._keys_of(name, model)
@@ -673,6 +714,16 @@ class PoolState:
                         reads.append(usage)
                         back.add(usage)
                 sends.pending.clear()
+                sends.flushes += 1
+            if sends.credit:
+                epoch = self.store.epoch
+                for m, (at, k) in sends.credit.items():
+                    # At the epoch its estimate was counted in, or not at all (``used``); after
+                    # the pending counts (``adds`` in order), which the floor at 0 must not cut.
+                    if at == epoch and m >= minute - 1:
+                        credits.append((f"{nkey}#{m}", {"k": k}, _USAGE_TTL_S))
+                sends.credit.clear()
+        adds += credits
         homes = [(k, home, ttl) for k, (home, ttl) in self._homes.items()]
         self._homes.clear()
         self._synced_at = self.monotonic()
@@ -733,7 +784,7 @@ class PoolState:
         await self._sync([], self._minute())
 
     def _unsent(self) -> bool:
-        return bool(self._homes) or any(sends.unreported or sends.pending
+        return bool(self._homes) or any(sends.unreported or sends.pending or sends.credit
                                         for sends in self._sends.values())  # fmt: skip
 
     def _minute(self) -> int:

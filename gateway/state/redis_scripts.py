@@ -267,17 +267,26 @@ return {kept, ends}
 """
 
 # Counts added to records (a pool's sends, seen by every replica), once however often the call
-# is sent (its answer lost, sent again). KEYS: the call's own marker, then the records. ARGV:
-# the marker's TTL in ms, then for each record its TTL in ms, how many fields, and each field
-# with its count.
+# is sent (its answer lost, sent again). KEYS: the call's own marker, the store's ``kept``
+# marker, then the records. ARGV: the marker's TTL in ms, the ``kept`` marker this replica
+# knows, then for each record its TTL in ms, how many fields, and each field with its count.
+# A count is lowered (a usage below its call's estimate) only while Redis still holds the
+# ``kept`` marker the replica knows: a Redis restarted or flushed since never held the
+# estimate, and lowered there it went below what the other replicas had taken (15,000 tokens
+# admitted in a 10,000-a-minute minute). Never below nothing either, whatever the caller knows.
 RECORDS_ADD = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 0 end
-local at = 2
-for i = 2, #KEYS do
+local kept = ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2]
+local at = 3
+for i = 3, #KEYS do
   local ttl, fields = ARGV[at], tonumber(ARGV[at + 1])
   at = at + 2
   for _ = 1, fields do
-    redis.call('HINCRBY', KEYS[i], ARGV[at], ARGV[at + 1])
+    if kept or tonumber(ARGV[at + 1]) >= 0 then
+      if redis.call('HINCRBY', KEYS[i], ARGV[at], ARGV[at + 1]) < 0 then
+        redis.call('HSET', KEYS[i], ARGV[at], 0)
+      end
+    end
     at = at + 2
   end
   redis.call('PEXPIRE', KEYS[i], ttl)

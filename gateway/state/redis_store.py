@@ -176,6 +176,7 @@ class RedisStore:
         self._on_wait = on_wait  # (backend, seconds) of every operation that asked Redis
         self._down_since: float | None = None  # taken off Redis (down, or slow) since (monotonic)
         self._back_at = -math.inf  # when the replica last rejoined Redis (monotonic)
+        self._epoch = 0  # ``epoch``
         self._flaps = 0  # times taken off in a row, each within _STEADY_S of rejoining
         self._hold_s = 0.0  # this time off lasts at least this long (a flap's backoff)
         self._off_said = False  # whether this time off Redis was logged yet
@@ -234,6 +235,10 @@ class RedisStore:
     def healthy(self) -> bool:
         return self._down_since is None
 
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
     async def _guard(self, op: str, remote: Callable[[], Awaitable[T]],
                      local: Callable[[], Awaitable[T]]) -> T:
         if self._down_since is not None:
@@ -275,6 +280,7 @@ class RedisStore:
                     suspicion.cancel()
                     self._waiting.discard(deadline)
         except _FAILURES as e:
+            self._epoch += 1  # served from memory: what it wrote is not in Redis
             self._on_fallback(self.backend, op)
             waited = self._monotonic() - started
             self._on_wait(self.backend, waited)
@@ -336,6 +342,7 @@ class RedisStore:
             log.info({"event": "state_store_back", "backend": self.backend,
                       "down_s": round(self._answered_at - self._down_since, 1)})
             self._down_since = None
+            self._epoch += 1  # what was counted while off is in this replica's memory alone
             self._off_said = False
             self._back_at = self._answered_at
             self._start_stored_writer()
@@ -479,6 +486,7 @@ class RedisStore:
         # Less what this replica owes Redis (spent in its memory, in a batch yet to be added).
         owed = self.ledger_owed([b for b, _, _ in known])
         spent = [(b, usd - o, left) for (b, usd, left), o in zip(known, owed, strict=True) if usd - o > 0]
+        self._epoch += 1  # nothing counted in Redis before is there any more
         if self._lost_said != kept:  # once for each loss, however many tries its write-back takes
             self._lost_said = kept
             log.error({"event": "state_store_lost", "backend": self.backend, "budgets_restored": len(spent),
@@ -545,6 +553,7 @@ class RedisStore:
         later ones are served there without waiting until the watch finds it back."""
         if self._down_since is not None:
             return
+        self._epoch += 1
         self._down_since = self._monotonic()
         # Off again soon after a return: the next return waits twice as long as the last.
         flapped = self._down_since - self._back_at < _STEADY_S
@@ -723,8 +732,10 @@ class RedisStore:
         # The sends' counts, added by a script that runs them once (``_guard`` may send it again).
         # EVAL with its text, not EVALSHA: in a pipeline, a Redis restarted since the scripts were
         # loaded answers NOSCRIPT, and the pipeline does not load it as a lone call does.
-        add_keys: list[str] = [self._op_marker()]
-        add_args: list[str | int] = [self._op_marker_ms]
+        add_keys: list[str] = [self._op_marker(), self._kept_key]
+        # With the ``kept`` marker this replica knows: a count is lowered only in that Redis.
+        kept = self._kept.decode() if self._kept is not None else ""
+        add_args: list[str | int] = [self._op_marker_ms, kept]
         for key, counts, ttl_s in adds:
             add_keys.append(p + key)
             add_args += [_ms(ttl_s), len(counts)]

@@ -52,6 +52,15 @@ class StateStore(Protocol):
         always)."""
         ...
 
+    @property
+    def epoch(self) -> int:
+        """Moves on whenever what this replica wrote to the shared store may not be there: an
+        operation served from memory, the store taken off or back, the store found to have lost
+        what it held. What was counted in the store at one epoch is known to be there still
+        while the epoch stays the same (a usage below a pool call's estimate lowers the count
+        only then). Memory: always 0."""
+        ...
+
     async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
         """The records of ``keys`` (CLOSED for an absent one), in one round trip."""
         ...

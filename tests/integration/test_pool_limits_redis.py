@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from gateway.config import parse_config
+from gateway.state.pools import PoolState
 from tests.fakeupstream import FakeUpstream, Reply
 from tests.integration.conftest import Gateway, MakeGateway, same_minute
-from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
+from tests.integration.test_state_redis import REDIS, RedisServer, Replica, patient_replicas, redis_server
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
-__all__ = ["redis_server"]  # fixture
+__all__ = ["patient_replicas", "redis_server"]  # fixtures
 
 RPM = 10
 
@@ -139,3 +142,58 @@ async def test_the_limits_hold_on_deployments_whose_answers_state_only_what_is_l
     statuses = [(await gw.chat())[0] for _ in range(15) for gw in (a, b)]  # one by one: each has a reading
     assert _calls(fakes) == {"c1": RPM, "c2": RPM}
     assert statuses.count(200) == 2 * RPM and statuses.count(429) == 30 - 2 * RPM
+
+
+async def _b_takes_after_a_used_less(replicas: tuple[Replica, Replica], redis: RedisServer, lose: str) -> list[bool]:
+    """Replica A takes 8,000 of a deployment's 10,000 tokens a minute, ``lose`` happens, B takes
+    2,000, A's answer's usage says 100; then how many takes of 5,000 B is given."""
+    a, b = replicas
+    await a.store.check(2.0)  # (start-up's: learns the ``kept`` marker Redis holds)
+    ups = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: key-{k}, limits: {{tokens_per_minute: 10000}}}}\n"
+        for k in "xy") + "pools: [{name: p, deployments: [x, y]}]\n", env={}).upstreams  # fmt: skip
+    pa, pb = (PoolState(r.store, time.time, time.monotonic, cache_s=0) for r in replicas)
+    await same_minute(20.0)  # (an outage and a return take seconds on a loaded machine)
+    try:
+        if lose == "take":  # Redis taken for down: counted in A's memory alone
+            with a.bounded():
+                redis.freeze()
+                try:
+                    for _ in range(250):
+                        await pa.refresh("p", ups, "m")
+                        if not a.store.healthy:
+                            break
+                        await asyncio.sleep(0.02)
+                    assert not a.store.healthy
+                    took = await pa.take(ups[0], "m", 8000)
+                finally:
+                    redis.thaw()
+            for _ in range(500):  # the answer ends after A is back on Redis
+                if a.store.healthy:
+                    break
+                await asyncio.sleep(0.02)
+            assert a.store.healthy
+        else:
+            took = await pa.take(ups[0], "m", 8000)
+        assert took is not None
+        mark = pa.sent(ups[0], "m", 8000, took)
+        if lose == "answer":
+            redis.flush()  # restarted empty while the answer streamed
+        assert await pb.take(ups[0], "m", 2000) is not None
+        pa.used(ups[0], "m", mark, 8000, 100)
+        await pa.refresh("p", ups, "m")
+        return [await pb.take(ups[0], "m", 5000) is not None for _ in range(4)]
+    finally:
+        await pa.close()
+        await pb.close()
+
+
+@pytest.mark.parametrize("lose", ["nothing", "answer", "take"])
+async def test_a_usage_below_the_estimate_lowers_only_a_count_that_holds_it(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, lose: str,
+) -> None:
+    """Held, A's 8,000 comes down to 100: 2,100 counted, room for one more 5,000. Lost (Redis
+    flushed while the answer came) or never there (taken for down at the take), lowered by
+    7,900 it left B credit beyond its own 2,000: 15,000 tokens in a minute of 10,000 (review).
+    What A counted in its memory alone is lost to B either way; no more is."""
+    assert await _b_takes_after_a_used_less(patient_replicas, redis_server, lose) == [True, False, False, False]

@@ -43,14 +43,19 @@ def test_an_answers_usage_counts_what_the_providers_window_counted(base_url: str
     assert ps.view(0, up, MODEL, clock.now * 1000).tokens_left == pytest.approx(left / 10000)
 
 
-def test_an_anthropic_answer_counts_its_uncached_input_alone() -> None:
-    """Its cache reads do not count towards ITPM, and its output is OTPM's: counted with both,
-    one Claude Code turn read from the cache took the input window of many."""
+@pytest.mark.parametrize(("base_url", "left"), [
+    # Its cache reads do not count towards ITPM, and its output is OTPM's: counted with both,
+    # one Claude Code turn read from the cache took the input window of many.
+    ("https://api.anthropic.com", 10000 - 2095 - 2051),
+    # Another Messages server has no such split: its prompt (cache reads too) and its output.
+    ("https://api.deepseek.com/anthropic", 10000 - 2095 - 2051 - 2051 - 503),
+])  # fmt: skip
+def test_a_messages_answer_counts_its_uncached_input_alone_on_anthropic_only(base_url: str, left: int) -> None:
     clock = Clock()
     ps = PoolState(CountingStore(clock), clock, clock)
-    up = _deployment("https://api.anthropic.com")
+    up = _deployment(base_url)
     doc = json.loads((ANSWER.parent / "messages-api-reference-example.json").read_text())
     mark = ps.sent(up, MODEL, 6000)
     state = SimpleNamespace(pool_sent=PoolSent(up, MODEL, mark, 6000, "messages", b"{}"))
     pool_used(SimpleNamespace(pool_state=ps), state, anthropic_usage(doc["body"]["usage"]))  # type: ignore[arg-type]
-    assert ps.view(0, up, MODEL, clock.now * 1000).tokens_left == pytest.approx((10000 - 2095 - 2051) / 10000)
+    assert ps.view(0, up, MODEL, clock.now * 1000).tokens_left == pytest.approx(left / 10000)
