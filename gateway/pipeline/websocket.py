@@ -10,7 +10,8 @@ one text frame; an answer written at once (an error before any event) becomes th
 frame (observe hands it here, its ``at_once``: nothing on a turn is ever written to the connection as
 HTTP). Each lane keeps its last response, so a turn that sends only its new items with
 ``previous_response_id`` (on its lane, or forking another lane's onto its own) reaches an
-upstream that does not hold that response whole (``expanded``).
+upstream that does not hold that response whole (``expanded``); what the lanes remember
+together is bounded (``forgotten``).
 
 Frames are read all the while turns run (pings are answered only as frames are read, and a
 client's heartbeat must not time out behind a long turn). Each ``stream_id`` is a lane with its
@@ -50,6 +51,7 @@ from gateway.apis.responses.websocket import (
     MAX_IN_FLIGHT,
     MAX_NAMED_LANES,
     QUEUED_TURNS,
+    REMEMBERED_BODIES,
     Create,
     FrameRefused,
     Last,
@@ -58,6 +60,7 @@ from gateway.apis.responses.websocket import (
     due,
     error_frame,
     expanded,
+    forgotten,
     lane_limit,
     queue_full,
     read_frame,
@@ -69,7 +72,7 @@ from gateway.apis.responses.websocket import (
 )
 from gateway.apis.synthesize import responses_stream
 from gateway.live import LIVE
-from gateway.pipeline.admit import LOOKED_AGAIN, identify
+from gateway.pipeline.admit import LOOKED_AGAIN, identify, too_large
 from gateway.pipeline.forward import authenticate
 from gateway.pipeline.outcome import STATE
 from gateway.pipeline.relay import relay
@@ -217,6 +220,11 @@ async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web
     model = body.get("model")
     state.model, state.stream = (model if isinstance(model, str) else None), True
     refused = await authenticate(svc, request)
+    limit = svc.cfg.server.max_body_bytes
+    if refused is None and (request.content_length or 0) > limit:
+        # Expanded (its lane's conversation before its input), it is held as a cold turn's
+        # would be sent: refused as that one is, the conversation it would grow not kept.
+        refused = too_large(limit)
     if refused is not None:
         return await relay(request, svc, state, refused)  # unprepared: observe frames it
     framed = FramedStream(turn)
@@ -307,7 +315,9 @@ class Connection:
         self.clock = clock
         self.opened = clock()
         self.frames = 0  # answered
-        self.lasts: dict[str | None, Last] = {}  # each lane's most recent response
+        # Each lane's most recent response, the least recently used first: what the connection
+        # remembers is bounded (``forgotten``), all lanes together.
+        self.lasts: dict[str | None, Last] = {}
         self.lanes: dict[str | None, _Lane] = {}  # the default lane is None's
         self.named: set[str] = set()  # every named lane the connection took (its 32 are for life)
         # Turns taken onto a lane that have not started, in the order they came: each is answered,
@@ -487,7 +497,7 @@ class Connection:
                 return
             # Its last event is out (the client may have read it), its remembering not yet done.
             await other.done.wait()
-        body = expanded(frame.body, chained_to(frame.body, self.lasts.values()))
+        body = expanded(frame.body, self._recall(frame.body))
         turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending,
                     streaming=self.streaming)  # fmt: skip
         try:
@@ -497,6 +507,13 @@ class Connection:
                 self.streaming.pop(turn.created, None)
             turn.done.set()
 
+    def _recall(self, body: dict[str, Any]) -> Last | None:
+        last = chained_to(body, self.lasts.values())
+        if last is not None:
+            lane = next(lane for lane, kept in self.lasts.items() if kept is last)
+            self.lasts[lane] = self.lasts.pop(lane)  # the most recently used now
+        return last
+
     async def _run(self, frame: Create, body: dict[str, Any], turn: Turn) -> None:
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
@@ -504,16 +521,25 @@ class Connection:
         if not response.prepared and not turn.answered:  # observe's 500 for a bug inside it
             await answered_at_once(request, response)
         if turn.ended_with is not None:
-            state = request[STATE]
-            # Held where the upstream itself stored the response (a native Responses upstream,
-            # not told ``store: false``): a turn chained to it goes on as sent (stored.py's rule,
-            # which the pool's pin and the provider's cache follow). A translated answer's id,
-            # or this gateway's own (``generate: false``), no upstream can find.
-            held = turn.warm is None and state.translated is None and stores(body)
-            last = remembered(body, turn.ended_with, held=held)
-            if last is not None:
-                # The lane's own: a fork leaves the lane it came from as it was.
-                self.lasts[frame.lane] = last
+            self._remember(frame.lane, body, request, turn, turn.ended_with)
+
+    def _remember(self, lane: str | None, body: dict[str, Any], request: web.Request, turn: Turn,
+                  response: dict[str, Any]) -> None:  # fmt: skip
+        state = request[STATE]
+        # Held where the upstream itself stored the response (a native Responses upstream, not
+        # told ``store: false``): a turn chained to it goes on as sent (stored.py's rule, which
+        # the pool's pin and the provider's cache follow). A translated answer's id, or this
+        # gateway's own (``generate: false``), no upstream can find.
+        held = turn.warm is None and state.translated is None and stores(body)
+        last = remembered(body, response, held=held)
+        if last is None:
+            return
+        # The lane's own: a fork leaves the lane it came from as it was.
+        self.lasts.pop(lane, None)
+        self.lasts[lane] = last
+        bound = REMEMBERED_BODIES * self.handshake.app[LIVE].services.cfg.server.max_body_bytes
+        for gone in forgotten(self.lasts, bound):
+            del self.lasts[gone]
 
 
 def _refusal(refused: FrameRefused) -> tuple[int, dict[str, Any], str | None]:

@@ -852,3 +852,39 @@ async def test_refused_frames_open_no_lane(make_gateway) -> None:
         (ghost,) = await _turn(ws, {**warm, "stream_id": "ghost_0"})
     assert limit["error"]["code"] == ghost["error"]["code"] == "websocket_stream_limit_reached"
     assert gw.fake.requests == []
+
+async def test_a_warm_turn_made_too_large_by_its_expansion_is_a_413_frame(make_gateway) -> None:
+    """``generate: false`` calls no upstream, but what it is chained to is held for the next turn:
+    expanded past ``max_body_bytes`` it is refused as a cold turn is, and nothing more is held."""
+    gw = await make_gateway(extra_yaml="server: {max_body_bytes: 2000}\n")
+    warm = {**FIRST, "generate": False, "stream_id": "a", "input": "x" * 1500}
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        first = (await _turn(ws, warm))[-1]["response"]["id"]
+        (big,) = await _turn(ws, {**warm, "previous_response_id": first})
+        (lasts,) = [c.lasts for c in gw.app[LIVE].life.connections]
+    assert big["type"] == "error" and big["status"] == 413 and big["stream_id"] == "a"
+    assert big["error"]["code"] == "request_too_large"
+    assert [last.id for last in lasts.values()] == [first]
+    assert gw.fake.requests == []
+
+
+async def test_what_a_connection_remembers_is_bounded_across_its_lanes(make_gateway) -> None:
+    """Each lane remembers its last response; all lanes together hold 2 × max_body_bytes at most
+    (as JSON), the least recently used lane's forgotten first: a turn chained to it is then
+    answered as one chained to any id the connection does not know."""
+    gw = await make_gateway(extra_yaml="server: {max_body_bytes: 2000}\n")
+    warm = {**FIRST, "generate": False, "input": "x" * 1200}  # about 1,230 bytes remembered each
+    ids = {}
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        for lane in ("a", "b", "c"):
+            ids[lane] = (await _turn(ws, {**warm, "stream_id": lane}))[-1]["response"]["id"]
+        # a is used again (chained to): b is the least recently used when d comes.
+        again = await _turn(ws, {**warm, "stream_id": "a", "previous_response_id": ids["a"], "input": "y"})
+        ids["a"] = again[-1]["response"]["id"]
+        await _turn(ws, {**warm, "stream_id": "d"})
+        (lasts,) = [c.lasts for c in gw.app[LIVE].life.connections]
+        held = sum(last.size for last in lasts.values())
+        (lost,) = await _turn(ws, {**FIRST, "stream_id": "b", "previous_response_id": ids["b"], "input": "y"})
+    assert sorted(lane for lane in lasts if lane is not None) == ["a", "c", "d"] and held <= 4000
+    assert lost["status"] == 400 and lost["error"]["code"] == "previous_response_not_found"
+    assert gw.fake.requests == []
