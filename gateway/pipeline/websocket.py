@@ -18,15 +18,17 @@ client's heartbeat must not time out behind a long turn). Each ``stream_id`` is 
 own queue and worker: its turns run one at a time, in the order they came; lanes run at once,
 ``MAX_IN_FLIGHT`` turns at most, the rest waiting for a place. The reading never waits on a
 lane: a connection holds ``MAX_IN_FLIGHT + QUEUED_TURNS`` turns at most, running or waiting,
-all lanes together, and a turn past them is refused on its lane at once (``queue_full``), as is
-one on a lane past ``MAX_NAMED_LANES`` (``lane_limit``) and a frame refused as read; only a
-turn taken opens a lane. A turn chained to a response another lane is still generating is
-refused (``still_streaming``): it is not stored yet. Frames go on the socket one whole frame at
+all lanes together, and a turn past them is refused on its lane (``queue_full``), as is one on a
+lane past ``MAX_NAMED_LANES`` (``lane_limit``) and a frame refused as read: at once, or, on a lane
+with turns under way or queued, in its place after them (an error event says only its lane, so a
+client matches a lane's answers by their order); only a turn taken opens a lane. A turn chained
+to a response another lane is still generating is refused (``still_streaming``): it is not
+stored yet. Frames go on the socket one whole frame at
 a time. The connection asks whether it is to end (``due``) when woken and before each turn: a
 drain (``Lifecycle.start_draining``), a reload that turned the mode off, or its age past
 ``server.responses_websocket_max_age_s`` closes an idle connection with 1001 Going Away at once,
 a busy one once its turns under way are answered; each turn not started, waiting or come
-meanwhile, is answered with an error frame saying why (``unstarted``).
+meanwhile, is answered with an error frame saying why (``unstarted``), in its lane's order.
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ from gateway.apis import OPENAI_RESPONSES
 from gateway.apis.responses.websocket import (
     MAX_IN_FLIGHT,
     MAX_NAMED_LANES,
+    QUEUED_REFUSALS,
     QUEUED_TURNS,
     REMEMBERED_BODIES,
+    SHUTTING_DOWN,
     Create,
     FrameRefused,
     Last,
@@ -88,6 +92,7 @@ log = logging.getLogger("gateway.access")
 # laptop's lid shut) does not hold its connection and its memory for good.
 HEARTBEAT_S = 30.0
 _ENDS = (b'"response.completed"', b'"response.incomplete"')
+_REFUSALS_PILED = b"too many refused frames waiting behind busy lanes; read their answers before sending more"
 _CREATED = b'"response.created"'
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
 # each turn is a request of its own, with an id of its own).
@@ -320,15 +325,18 @@ class Connection:
         self.lasts: dict[str | None, Last] = {}
         self.lanes: dict[str | None, _Lane] = {}  # the default lane is None's
         self.named: set[str] = set()  # every named lane the connection took (its 32 are for life)
-        # Turns taken onto a lane that have not started, in the order they came: each is answered,
-        # started or refused (``unstarted``) when the connection ends.
+        # Turns taken onto a lane that have not started, by the key their lane's queue holds.
         self.waiting: dict[int, Create] = {}
         self.taken = 0  # turns taken onto lanes: the next one's key in ``waiting``
         self.streaming: dict[str, Turn] = {}  # responses under way, by the id they were created with
-        self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        # Turns under way (each holds one of the MAX_IN_FLIGHT places); ``room`` is told when one
+        # ends and when the connection is to end.
+        self.busy = 0
+        self.room = asyncio.Condition()
+        self.refusals = 0  # refusals waiting in lanes' queues (bounded: QUEUED_REFUSALS)
         # One frame at a time on the socket: the frames of turns under way interleave whole.
         self.sending = asyncio.Lock()
-        self.busy = 0  # turns under way
+        self.owed = 0  # what the lanes' queues hold or answer now: turns and refusals
         self.settled = asyncio.Event()  # set while none is
         self.settled.set()
         # Set: the watcher is to ask ``due`` again (a reload, a drain, a lane that found it due).
@@ -365,7 +373,7 @@ class Connection:
                     await self._route(frame)
         finally:
             # The client is gone: so is any turn of its, upstream call included.
-            tasks = [watcher, *(lane.task for lane in self.lanes.values())]
+            tasks = [watcher, *(lane.task for lane in self.lanes.values() if lane.task is not None)]
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -380,13 +388,13 @@ class Connection:
                          "detail": str(error)[:200], "frames": self.frames})  # fmt: skip
 
     async def _route(self, frame: Create | FrameRefused) -> None:
-        """A turn onto its lane's queue (a lane's first turn starts it). Answered here, at once,
-        rather than behind a lane's turns: a frame refused as read, a turn on a new named lane
-        past the connection's limit, one past the turns the connection holds, and one that comes
-        once the connection is to end. Only a turn taken opens a lane (and counts toward the 32).
-        The reading never waits for a lane."""
+        """A turn onto its lane's queue (a lane's first turn starts it), or refused: a frame
+        refused as read, a turn on a new named lane past the connection's limit, one past the
+        turns the connection holds, and one that comes once the connection is to end. Only a turn
+        taken opens a lane (and counts toward the 32). The reading never waits for a lane."""
         if isinstance(frame, FrameRefused):
-            await self._refuse(frame)
+            # One naming no lane (no JSON, a bad stream_id) goes out at once: no turn is its.
+            await self._refuse(frame, on_lane=frame.lane is not None)
             return
         name = frame.lane
         refused = None
@@ -397,22 +405,51 @@ class Connection:
         elif len(self.waiting) + self.busy >= MAX_IN_FLIGHT + QUEUED_TURNS:
             refused = queue_full(name)
         if refused is not None:
-            await self._refuse(refused)
+            await self._refuse(refused, on_lane=True)
             return
         if name is not None:
             self.named.add(name)
         lane = self.lanes.get(name)
         if lane is None:
-            queue: asyncio.Queue[int] = asyncio.Queue()  # bounded by ``waiting``'s limit above
-            lane = self.lanes[name] = _Lane(queue, asyncio.create_task(self._serve(queue)))
+            lane = self.lanes[name] = _Lane(name)
+            lane.task = asyncio.create_task(self._serve(lane))
         self.taken += 1
         self.waiting[self.taken] = frame
-        lane.queue.put_nowait(self.taken)
+        self._owe(lane, self.taken)
 
-    async def _refuse(self, refused: FrameRefused) -> None:
+    async def _refuse(self, refused: FrameRefused, *, on_lane: bool) -> None:
+        """A refusal of a frame on its lane goes out after that lane's turns taken before it: a
+        client sending several on a lane matches the answers by their order. Else at once."""
         self.frames += 1
+        lane = self.lanes.get(refused.lane) if on_lane else None
+        if lane is None or not lane.owed:
+            await self._say(refused)
+            return
+        if self.refusals >= QUEUED_REFUSALS:
+            # A client that goes on sending past this many refusals reads none of them: ended,
+            # where holding each one for a lane that may be busy for minutes would hold its memory.
+            log.warning({"event": "websocket_closed", "reason": "refusals_queued", "code": 1008,
+                         "frames": self.frames})  # fmt: skip
+            await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=_REFUSALS_PILED)
+            return
+        self.refusals += 1
+        self._owe(lane, refused)
+
+    async def _say(self, refused: FrameRefused) -> None:
         with contextlib.suppress(ConnectionError):
             await self._send(error_frame(*_refusal(refused)))
+
+    def _owe(self, lane: _Lane, item: int | FrameRefused) -> None:
+        lane.owed += 1
+        self.owed += 1
+        self.settled.clear()
+        lane.queue.put_nowait(item)
+
+    def _paid(self, lane: _Lane) -> None:
+        lane.owed -= 1
+        self.owed -= 1
+        if not self.owed:
+            self.settled.set()
 
     async def _send(self, data: bytes) -> None:
         async with self.sending:
@@ -420,48 +457,69 @@ class Connection:
 
     async def _watch(self) -> None:
         """Asks ``due`` when woken and when the connection's age runs out; once it is due, no turn
-        starts, and the connection ends when the turns under way are answered."""
+        starts, and the connection ends when each lane has answered what it holds."""
         while (leave := self.leaving or self._due()) is None:
             left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.woken.wait(), timeout=max(left, 0.0))
             self.woken.clear()
-        self.leaving = leave
-        # The turns that will not start are answered now, each on its lane, in the order they
-        # came: a client waiting on one learns why rather than seeing the connection close.
-        refused, self.waiting = list(self.waiting.values()), {}
-        for frame in refused:
-            await self._refuse(unstarted(leave, frame.lane))
+        await self._decide(leave)
+        # Each lane answers the turns it will not start, in their order: after its turn under way.
         await self.settled.wait()
         await self._leave(leave)
 
-    async def _serve(self, queue: asyncio.Queue[int]) -> None:
-        """One lane: its turns answered one at a time, in the order they came."""
+    async def _decide(self, leave: Leave) -> None:
+        if self.leaving is None:
+            self.leaving = leave
+        self.woken.set()
+        async with self.room:
+            self.room.notify_all()  # a turn waiting for a place is answered now
+
+    async def _place(self) -> bool:
+        """A place in flight for a lane's next turn; False, taking none, once the connection is
+        to end (its turns not started are answered)."""
+        async with self.room:
+            await self.room.wait_for(lambda: self.leaving is not None or self.busy < MAX_IN_FLIGHT)
+            if self.leaving is not None:
+                return False
+            self.busy += 1
+            return True
+
+    async def _serve(self, lane: _Lane) -> None:
+        """One lane: its turns answered one at a time, in the order they came, a refusal among
+        them in its place."""
         while True:
-            key = await queue.get()
-            if key not in self.waiting:
-                continue  # refused when the connection was to end
-            async with self.in_flight:
-                # Asked after the wait for a place: what came meanwhile (a drain) holds. A turn
-                # not started stays in ``waiting``, for the watcher to refuse.
-                if self.leaving is None and (leave := self._due()) is not None:
-                    self.leaving = leave
-                    self.woken.set()
-                frame = self.waiting.pop(key, None) if self.leaving is None else None
-                if frame is None:
+            item = await lane.queue.get()
+            try:
+                if isinstance(item, FrameRefused):
+                    self.refusals -= 1
+                    await self._say(item)
                     continue
-                self.busy += 1
-                self.settled.clear()
+                if not await self._place():
+                    del self.waiting[item]
+                    self.frames += 1
+                    await self._say(unstarted(self.leaving or SHUTTING_DOWN, lane.name))
+                    continue
                 try:
+                    # Asked once a place is taken: what came meanwhile (a drain) holds.
+                    if self.leaving is None and (leave := self._due()) is not None:
+                        await self._decide(leave)
+                    frame = self.waiting.pop(item)
+                    if self.leaving is not None:
+                        self.frames += 1
+                        await self._say(unstarted(self.leaving, lane.name))
+                        continue
                     self.frames += 1
                     going_on = await self._frame(frame)
                 finally:
-                    self.busy -= 1
-                    if not self.busy:
-                        self.settled.set()
+                    async with self.room:
+                        self.busy -= 1
+                        self.room.notify_all()
                     self.woken.set()  # between turns: is the connection to end now?
-            if not going_on:
-                return
+                if not going_on:
+                    return
+            finally:
+                self._paid(lane)
 
     async def _leave(self, leave: Leave) -> None:
         if leave.logged is not None:
@@ -548,8 +606,11 @@ def _refusal(refused: FrameRefused) -> tuple[int, dict[str, Any], str | None]:
 
 @dataclass
 class _Lane:
-    queue: asyncio.Queue[int]  # keys of the connection's ``waiting``
-    task: asyncio.Task[None]
+    name: str | None = None
+    # Keys of the connection's ``waiting``, and refusals to send in their place among them.
+    queue: asyncio.Queue[int | FrameRefused] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+    owed: int = 0  # what its queue holds, and what it answers now
 
 
 class _NotHTTP(AbstractStreamWriter):

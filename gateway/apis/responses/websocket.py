@@ -34,6 +34,9 @@ MAX_NAMED_LANES = 32  # distinct named stream_ids a connection accepts in its li
 # without saying how many, and each is a parsed frame of up to ``server.max_body_bytes``, so the
 # queue is bounded and a frame past it refused on its lane (``queue_full``) while reading goes on.
 QUEUED_TURNS = 8
+# Refusals a connection holds back, all lanes together, to send each after the turns its lane took
+# before it (a refusal has no body; a client that goes on sending past this many is closed).
+QUEUED_REFUSALS = 64
 # What a connection remembers of its lanes' conversations (``Last.items``), all lanes together, in
 # ``server.max_body_bytes``: a turn chained to one more than that could not be sent anyway, and
 # ``generate: false`` turns, which call no upstream, could otherwise pile up memory for nothing.
