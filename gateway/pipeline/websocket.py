@@ -10,8 +10,8 @@ one text frame; an answer written at once (an error before any event) becomes th
 frame (observe hands it here, its ``at_once``: nothing on a turn is ever written to the connection as
 HTTP). Each lane keeps its last response, so a turn that sends only its new items with
 ``previous_response_id`` (on its lane, or forking another lane's onto its own) reaches an
-upstream that does not hold that response whole (``expanded``); what the lanes remember
-together is bounded (``forgotten``).
+upstream that does not hold that response whole (``expanded``); it is remembered as its last
+event goes out, and what the lanes remember together is bounded (``forgotten``).
 
 Frames are read all the while turns run (pings are answered only as frames are read, and a
 client's heartbeat must not time out behind a long turn). Each ``stream_id`` is a lane with its
@@ -91,7 +91,8 @@ log = logging.getLogger("gateway.access")
 # Pings every 30 s, closed when one goes unanswered for 15 s: a client gone without a close (a
 # laptop's lid shut) does not hold its connection and its memory for good.
 HEARTBEAT_S = 30.0
-_ENDS = (b'"response.completed"', b'"response.incomplete"')
+_ENDS = (b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
+_REMEMBERED = ("response.completed", "response.incomplete")
 _REFUSALS_PILED = b"too many refused frames waiting behind busy lanes; read their answers before sending more"
 _CREATED = b'"response.created"'
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
@@ -110,14 +111,27 @@ class Turn:
     ws: web.WebSocketResponse
     lane: str | None
     warm: dict[str, Any] | None = None  # a ``generate: false`` turn's body: answered here
-    ended_with: dict[str, Any] | None = None  # the response of its completed or incomplete event
+    # Given the response of its completed or incomplete event, as that event goes out: a turn sent
+    # as soon as the client reads it goes on from it, not once the upstream closes its stream.
+    on_end: Callable[[dict[str, Any]], None] | None = None
+    ended: bool = False  # its last event is out (or it was answered otherwise)
     answered: bool = False  # with an error frame
     # The connection's: turns of other lanes send at the same time, each frame whole.
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The connection's responses still being generated, by id: a turn chained to one is refused.
     streaming: dict[str, Turn] = field(default_factory=dict)
     created: str | None = None  # the id of its ``response.created`` event
-    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once its response is remembered
+
+    def end(self, response: Any) -> None:
+        """Its response is over (``response``: what to remember of it, None for nothing): no
+        longer one a turn chained to it is refused for."""
+        if self.ended:
+            return
+        self.ended = True
+        if isinstance(response, dict) and self.on_end is not None:
+            self.on_end(response)
+        if self.created is not None:
+            self.streaming.pop(self.created, None)
 
     async def send(self, data: bytes) -> None:
         async with self.sending:
@@ -162,13 +176,16 @@ class FramedStream(web.StreamResponse):
             return  # a comment or keep-alive: a frame would hold nothing
         data = event.data.encode()
         turn = self._turn
-        ends = data.find(_ENDS[0]) >= 0 or data.find(_ENDS[1]) >= 0
+        ends = any(data.find(end) >= 0 for end in _ENDS)
         created = turn.created is None and data.find(_CREATED) >= 0
         if ends or created or turn.lane is not None:
             doc = event.json()
             if isinstance(doc, dict):
-                if ends and doc.get("type") in ("response.completed", "response.incomplete"):
-                    turn.ended_with = doc.get("response")
+                kind = doc.get("type")
+                if ends and kind in _REMEMBERED:
+                    turn.end(doc.get("response"))
+                elif ends and kind == "response.failed":
+                    turn.end(None)
                 if created and doc.get("type") == "response.created":
                     response = doc.get("response")
                     rid = response.get("id") if isinstance(response, dict) else None
@@ -549,21 +566,17 @@ class Connection:
 
     async def _answer(self, frame: Create) -> None:
         previous = frame.body.get("previous_response_id")
-        if isinstance(previous, str) and (other := self.streaming.get(previous)) is not None:
-            if other.ended_with is None:
-                await self._send(error_frame(*_refusal(still_streaming(previous, frame.lane))))
-                return
-            # Its last event is out (the client may have read it), its remembering not yet done.
-            await other.done.wait()
+        if isinstance(previous, str) and previous in self.streaming:
+            # Its last event is not out yet (once it is, the response is remembered).
+            await self._send(error_frame(*_refusal(still_streaming(previous, frame.lane))))
+            return
         body = expanded(frame.body, self._recall(frame.body))
         turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending,
                     streaming=self.streaming)  # fmt: skip
         try:
             await self._run(frame, body, turn)
         finally:
-            if turn.created is not None:
-                self.streaming.pop(turn.created, None)
-            turn.done.set()
+            turn.end(None)
 
     def _recall(self, body: dict[str, Any]) -> Last | None:
         last = chained_to(body, self.lasts.values())
@@ -575,11 +588,10 @@ class Connection:
     async def _run(self, frame: Create, body: dict[str, Any], turn: Turn) -> None:
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
+        turn.on_end = functools.partial(self._remember, frame.lane, body, request, turn)
         response = await self.turn(request)
         if not response.prepared and not turn.answered:  # observe's 500 for a bug inside it
             await answered_at_once(request, response)
-        if turn.ended_with is not None:
-            self._remember(frame.lane, body, request, turn, turn.ended_with)
 
     def _remember(self, lane: str | None, body: dict[str, Any], request: web.Request, turn: Turn,
                   response: dict[str, Any]) -> None:  # fmt: skip

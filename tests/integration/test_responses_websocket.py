@@ -898,6 +898,25 @@ async def test_what_a_connection_remembers_is_bounded_across_its_lanes(make_gate
     assert gw.fake.requests == []
 
 
+async def test_a_fork_sent_once_the_response_completed_goes_on_at_once(make_gateway) -> None:
+    """The response is remembered as its completed event goes out: a turn chained to it (a fork
+    on another lane) starts at once, where it waited for the upstream to close its stream."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="stall"))
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        while json.loads((await ws.receive(timeout=5)).data)["type"] != "response.completed":
+            pass
+        began = time.monotonic()
+        fork = await _turn(ws, {**FIRST, "stream_id": "b", "previous_response_id": "resp_a1", "input": new})
+        took = time.monotonic() - began
+    assert fork[-1]["type"] == "response.completed" and fork[-1]["stream_id"] == "b"
+    assert took < 2.0, took
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert "previous_response_id" not in sent[1] and sent[1]["input"][-1] == new[0]
+
+
 async def test_refusals_piled_behind_a_busy_lane_close_the_connection(make_gateway) -> None:
     """Refusals on a busy lane wait for its turns; a client that sends past 64 of them, reading
     none, is closed 1008 rather than held in memory for as long as the lane is busy."""
