@@ -75,10 +75,11 @@ from gateway.apis.responses.websocket import (
     warm_response,
 )
 from gateway.apis.synthesize import responses_stream
+from gateway.errors import Classification, ErrorType
 from gateway.live import LIVE
 from gateway.pipeline.admit import LOOKED_AGAIN, identify, too_large
 from gateway.pipeline.forward import authenticate
-from gateway.pipeline.outcome import STATE
+from gateway.pipeline.outcome import STATE, Failure
 from gateway.pipeline.relay import relay
 from gateway.routing.stored import stores
 from gateway.services import SERVICES
@@ -111,6 +112,7 @@ class Turn:
     ws: web.WebSocketResponse
     lane: str | None
     warm: dict[str, Any] | None = None  # a ``generate: false`` turn's body: answered here
+    refused: FrameRefused | None = None  # a turn the connection refuses itself, once its key is checked
     # Given the response of its completed or incomplete event, as that event goes out: a turn sent
     # as soon as the client reads it goes on from it, not once the upstream closes its stream.
     on_end: Callable[[dict[str, Any]], None] | None = None
@@ -257,6 +259,22 @@ async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web
     return framed
 
 
+async def _refused(request: web.Request, refused: FrameRefused) -> web.StreamResponse:
+    """A turn the connection cannot take (chained to a response still being generated): a
+    request all the same, its key checked first (a revoked one is told so), logged and counted."""
+    svc, state = request[SERVICES], request[STATE]
+    model = orjson.loads(await request.read()).get("model")  # the frame's body: an object
+    state.dialect, state.stream = OPENAI_RESPONSES, True
+    state.model = model if isinstance(model, str) else None
+    failure = await authenticate(svc, request)
+    if failure is None:
+        c = Classification(ErrorType.UNKNOWN, False, provider_code=refused.code,
+                           evidence="a response still being generated on this connection")  # fmt: skip
+        failure = Failure(c, refused.status, [("Content-Type", "application/json")],
+                          orjson.dumps({"error": refusal_error(refused)}), final=True)  # fmt: skip
+    return await relay(request, svc, state, failure)  # unprepared: observe frames it
+
+
 def asks_websocket(request: web.Request) -> bool:
     """Whether the request asks to upgrade its connection to a WebSocket (RFC 6455 §4.1)."""
     return any(t.strip().lower() == "websocket" for t in request.headers.get("Upgrade", "").split(","))
@@ -269,6 +287,8 @@ def turn_handler(pipeline: Handler) -> Handler:
     async def answer(request: web.Request) -> web.StreamResponse:
         turn = request[TURN]
         request[STATE].stream_response = functools.partial(FramedStream, turn)
+        if turn.refused is not None:
+            return await _refused(request, turn.refused)
         if turn.warm is not None:
             return await _warmed(request, turn, turn.warm)
         return await pipeline(request)  # an answer written at once: observe frames it (at_once)
@@ -568,7 +588,9 @@ class Connection:
         previous = frame.body.get("previous_response_id")
         if isinstance(previous, str) and previous in self.streaming:
             # Its last event is not out yet (once it is, the response is remembered).
-            await self._send(error_frame(*_refusal(still_streaming(previous, frame.lane))))
+            refused = still_streaming(previous, frame.lane)
+            await self._run(frame, frame.body, Turn(self.ws, frame.lane, refused=refused,
+                                                    sending=self.sending))  # fmt: skip
             return
         body = expanded(frame.body, self._recall(frame.body))
         turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending,

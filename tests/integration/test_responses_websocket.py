@@ -932,3 +932,30 @@ async def test_refusals_piled_behind_a_busy_lane_close_the_connection(make_gatew
             events.append(json.loads(msg.data))
     assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.POLICY_VIOLATION
     assert not any(e["type"] == "error" for e in events)  # none sent ahead of the lane's turn
+
+
+async def test_a_fork_refused_as_still_streaming_is_a_request_its_key_checked(make_gateway) -> None:
+    """The refusal of a fork of a response still being generated goes through the turn's
+    pipeline: counted and logged as a request, and a key revoked meanwhile is told 401."""
+    gw = await make_gateway(extra_yaml=KEYED, real_sleep=True)
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="eof", pause_s=1.0, pause_after=5),
+                   Stream(responses_stream(rid="resp_b1"), then="eof", pause_s=1.0, pause_after=5))  # fmt: skip
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers={"Authorization": "Bearer gw-key-1"}) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        assert json.loads((await ws.receive(timeout=5)).data)["type"] == "response.created"
+        await ws.send_json({**FIRST, "stream_id": "b", "previous_response_id": "resp_a1", "input": new})
+        (counted,) = [e for e in await _ends(ws, 2) if e["type"] == "error"]
+        await ws.send_json({**FIRST, "stream_id": "c"})
+        assert json.loads((await ws.receive(timeout=5)).data)["type"] == "response.created"
+        text = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nserver: {{client_keys: [gw-key-2]}}\n"
+        await gw.app[LIVE].replace(parse_config(text, env={}))
+        await ws.send_json({**FIRST, "stream_id": "d", "previous_response_id": "resp_b1", "input": new})
+        (revoked,) = [e for e in await _ends(ws, 2) if e["type"] == "error"]
+    assert counted["status"] == 400 and counted["error"]["code"] == "previous_response_not_found"
+    assert counted["stream_id"] == "b" and counted["error"]["param"] == "previous_response_id"
+    assert revoked["status"] == 401 and revoked["stream_id"] == "d"
+    assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="400",
+                     error_type="unknown") == 1  # fmt: skip
+    assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="401",
+                     error_type="auth") == 1  # fmt: skip
