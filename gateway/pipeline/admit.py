@@ -103,7 +103,7 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float, total_s
     two minutes kept a 32 MiB body open for weeks), and the config generation it began on with it."""
     declared = request.content_length
     if declared is not None and declared > max_bytes:
-        return _too_large(max_bytes)
+        return too_large(max_bytes)
     parts: list[bytes] = []
     size = 0
     content = request.content
@@ -124,7 +124,7 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float, total_s
                 break
             size += len(chunk)
             if size > max_bytes:
-                return _too_large(max_bytes)
+                return too_large(max_bytes)
             parts.append(chunk)
     except TimeoutError:
         late = give_up_at is not None and asyncio.get_running_loop().time() >= give_up_at
@@ -141,7 +141,7 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float, total_s
     return decoded
 
 
-def _too_large(max_bytes: int) -> Failure:
+def too_large(max_bytes: int) -> Failure:
     return bad_request(
         f"request body is larger than the gateway's limit of {max_bytes} bytes",
         "request_too_large",

@@ -10,22 +10,25 @@ one text frame; an answer written at once (an error before any event) becomes th
 frame (observe hands it here, its ``at_once``: nothing on a turn is ever written to the connection as
 HTTP). Each lane keeps its last response, so a turn that sends only its new items with
 ``previous_response_id`` (on its lane, or forking another lane's onto its own) reaches an
-upstream that does not hold that response whole (``expanded``).
+upstream that does not hold that response whole (``expanded``); it is remembered as its last
+event goes out, and what the lanes remember together is bounded (``forgotten``).
 
 Frames are read all the while turns run (pings are answered only as frames are read, and a
 client's heartbeat must not time out behind a long turn). Each ``stream_id`` is a lane with its
 own queue and worker: its turns run one at a time, in the order they came; lanes run at once,
 ``MAX_IN_FLIGHT`` turns at most, the rest waiting for a place. The reading never waits on a
 lane: a connection holds ``MAX_IN_FLIGHT + QUEUED_TURNS`` turns at most, running or waiting,
-all lanes together, and a turn past them is refused on its lane at once (``queue_full``), as is
-one on a lane past ``MAX_NAMED_LANES`` (``lane_limit``) and a frame refused as read; only a
-turn taken opens a lane. A turn chained to a response another lane is still generating is
-refused (``still_streaming``): it is not stored yet. Frames go on the socket one whole frame at
+all lanes together, and a turn past them is refused on its lane (``queue_full``), as is one on a
+lane past ``MAX_NAMED_LANES`` (``lane_limit``) and a frame refused as read: at once, or, on a lane
+with turns under way or queued, in its place after them (an error event says only its lane, so a
+client matches a lane's answers by their order); only a turn taken opens a lane. A turn chained
+to a response another lane is still generating is refused (``still_streaming``): it is not
+stored yet. Frames go on the socket one whole frame at
 a time. The connection asks whether it is to end (``due``) when woken and before each turn: a
 drain (``Lifecycle.start_draining``), a reload that turned the mode off, or its age past
 ``server.responses_websocket_max_age_s`` closes an idle connection with 1001 Going Away at once,
 a busy one once its turns under way are answered; each turn not started, waiting or come
-meanwhile, is answered with an error frame saying why (``unstarted``).
+meanwhile, is answered with an error frame saying why (``unstarted``), in its lane's order.
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ from gateway.apis import OPENAI_RESPONSES
 from gateway.apis.responses.websocket import (
     MAX_IN_FLIGHT,
     MAX_NAMED_LANES,
+    QUEUED_REFUSALS,
     QUEUED_TURNS,
+    REMEMBERED_BODIES,
+    SHUTTING_DOWN,
     Create,
     FrameRefused,
     Last,
@@ -58,6 +64,7 @@ from gateway.apis.responses.websocket import (
     due,
     error_frame,
     expanded,
+    forgotten,
     lane_limit,
     queue_full,
     read_frame,
@@ -68,10 +75,11 @@ from gateway.apis.responses.websocket import (
     warm_response,
 )
 from gateway.apis.synthesize import responses_stream
+from gateway.errors import Classification, ErrorType
 from gateway.live import LIVE
-from gateway.pipeline.admit import LOOKED_AGAIN, identify
+from gateway.pipeline.admit import LOOKED_AGAIN, identify, too_large
 from gateway.pipeline.forward import authenticate
-from gateway.pipeline.outcome import STATE
+from gateway.pipeline.outcome import STATE, Failure
 from gateway.pipeline.relay import relay
 from gateway.routing.stored import stores
 from gateway.services import SERVICES
@@ -84,7 +92,9 @@ log = logging.getLogger("gateway.access")
 # Pings every 30 s, closed when one goes unanswered for 15 s: a client gone without a close (a
 # laptop's lid shut) does not hold its connection and its memory for good.
 HEARTBEAT_S = 30.0
-_ENDS = (b'"response.completed"', b'"response.incomplete"')
+_ENDS = (b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
+_REMEMBERED = ("response.completed", "response.incomplete")
+_REFUSALS_PILED = b"too many refused frames waiting behind busy lanes; read their answers before sending more"
 _CREATED = b'"response.created"'
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
 # each turn is a request of its own, with an id of its own).
@@ -102,14 +112,28 @@ class Turn:
     ws: web.WebSocketResponse
     lane: str | None
     warm: dict[str, Any] | None = None  # a ``generate: false`` turn's body: answered here
-    ended_with: dict[str, Any] | None = None  # the response of its completed or incomplete event
+    refused: FrameRefused | None = None  # a turn the connection refuses itself, once its key is checked
+    # Given the response of its completed or incomplete event, as that event goes out: a turn sent
+    # as soon as the client reads it goes on from it, not once the upstream closes its stream.
+    on_end: Callable[[dict[str, Any]], None] | None = None
+    ended: bool = False  # its last event is out (or it was answered otherwise)
     answered: bool = False  # with an error frame
     # The connection's: turns of other lanes send at the same time, each frame whole.
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The connection's responses still being generated, by id: a turn chained to one is refused.
     streaming: dict[str, Turn] = field(default_factory=dict)
     created: str | None = None  # the id of its ``response.created`` event
-    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once its response is remembered
+
+    def end(self, response: Any) -> None:
+        """Its response is over (``response``: what to remember of it, None for nothing): no
+        longer one a turn chained to it is refused for."""
+        if self.ended:
+            return
+        self.ended = True
+        if isinstance(response, dict) and self.on_end is not None:
+            self.on_end(response)
+        if self.created is not None:
+            self.streaming.pop(self.created, None)
 
     async def send(self, data: bytes) -> None:
         async with self.sending:
@@ -154,13 +178,16 @@ class FramedStream(web.StreamResponse):
             return  # a comment or keep-alive: a frame would hold nothing
         data = event.data.encode()
         turn = self._turn
-        ends = data.find(_ENDS[0]) >= 0 or data.find(_ENDS[1]) >= 0
+        ends = any(data.find(end) >= 0 for end in _ENDS)
         created = turn.created is None and data.find(_CREATED) >= 0
         if ends or created or turn.lane is not None:
             doc = event.json()
             if isinstance(doc, dict):
-                if ends and doc.get("type") in ("response.completed", "response.incomplete"):
-                    turn.ended_with = doc.get("response")
+                kind = doc.get("type")
+                if ends and kind in _REMEMBERED:
+                    turn.end(doc.get("response"))
+                elif ends and kind == "response.failed":
+                    turn.end(None)
                 if created and doc.get("type") == "response.created":
                     response = doc.get("response")
                     rid = response.get("id") if isinstance(response, dict) else None
@@ -217,6 +244,11 @@ async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web
     model = body.get("model")
     state.model, state.stream = (model if isinstance(model, str) else None), True
     refused = await authenticate(svc, request)
+    limit = svc.cfg.server.max_body_bytes
+    if refused is None and (request.content_length or 0) > limit:
+        # Expanded (its lane's conversation before its input), it is held as a cold turn's
+        # would be sent: refused as that one is, the conversation it would grow not kept.
+        refused = too_large(limit)
     if refused is not None:
         return await relay(request, svc, state, refused)  # unprepared: observe frames it
     framed = FramedStream(turn)
@@ -225,6 +257,22 @@ async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web
     await framed.write(responses_stream(warm_response(body, int(svc.wall()), svc.warm_ids.mint())))
     state.stream_complete = True
     return framed
+
+
+async def _refused(request: web.Request, refused: FrameRefused) -> web.StreamResponse:
+    """A turn the connection cannot take (chained to a response still being generated): a
+    request all the same, its key checked first (a revoked one is told so), logged and counted."""
+    svc, state = request[SERVICES], request[STATE]
+    model = orjson.loads(await request.read()).get("model")  # the frame's body: an object
+    state.dialect, state.stream = OPENAI_RESPONSES, True
+    state.model = model if isinstance(model, str) else None
+    failure = await authenticate(svc, request)
+    if failure is None:
+        c = Classification(ErrorType.UNKNOWN, False, provider_code=refused.code,
+                           evidence="a response still being generated on this connection")  # fmt: skip
+        failure = Failure(c, refused.status, [("Content-Type", "application/json")],
+                          orjson.dumps({"error": refusal_error(refused)}), final=True)  # fmt: skip
+    return await relay(request, svc, state, failure)  # unprepared: observe frames it
 
 
 def asks_websocket(request: web.Request) -> bool:
@@ -239,6 +287,8 @@ def turn_handler(pipeline: Handler) -> Handler:
     async def answer(request: web.Request) -> web.StreamResponse:
         turn = request[TURN]
         request[STATE].stream_response = functools.partial(FramedStream, turn)
+        if turn.refused is not None:
+            return await _refused(request, turn.refused)
         if turn.warm is not None:
             return await _warmed(request, turn, turn.warm)
         return await pipeline(request)  # an answer written at once: observe frames it (at_once)
@@ -307,18 +357,23 @@ class Connection:
         self.clock = clock
         self.opened = clock()
         self.frames = 0  # answered
-        self.lasts: dict[str | None, Last] = {}  # each lane's most recent response
+        # Each lane's most recent response, the least recently used first: what the connection
+        # remembers is bounded (``forgotten``), all lanes together.
+        self.lasts: dict[str | None, Last] = {}
         self.lanes: dict[str | None, _Lane] = {}  # the default lane is None's
         self.named: set[str] = set()  # every named lane the connection took (its 32 are for life)
-        # Turns taken onto a lane that have not started, in the order they came: each is answered,
-        # started or refused (``unstarted``) when the connection ends.
+        # Turns taken onto a lane that have not started, by the key their lane's queue holds.
         self.waiting: dict[int, Create] = {}
         self.taken = 0  # turns taken onto lanes: the next one's key in ``waiting``
         self.streaming: dict[str, Turn] = {}  # responses under way, by the id they were created with
-        self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        # Turns under way (each holds one of the MAX_IN_FLIGHT places); ``room`` is told when one
+        # ends and when the connection is to end.
+        self.busy = 0
+        self.room = asyncio.Condition()
+        self.refusals = 0  # refusals waiting in lanes' queues (bounded: QUEUED_REFUSALS)
         # One frame at a time on the socket: the frames of turns under way interleave whole.
         self.sending = asyncio.Lock()
-        self.busy = 0  # turns under way
+        self.owed = 0  # what the lanes' queues hold or answer now: turns and refusals
         self.settled = asyncio.Event()  # set while none is
         self.settled.set()
         # Set: the watcher is to ask ``due`` again (a reload, a drain, a lane that found it due).
@@ -355,7 +410,7 @@ class Connection:
                     await self._route(frame)
         finally:
             # The client is gone: so is any turn of its, upstream call included.
-            tasks = [watcher, *(lane.task for lane in self.lanes.values())]
+            tasks = [watcher, *(lane.task for lane in self.lanes.values() if lane.task is not None)]
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -370,13 +425,13 @@ class Connection:
                          "detail": str(error)[:200], "frames": self.frames})  # fmt: skip
 
     async def _route(self, frame: Create | FrameRefused) -> None:
-        """A turn onto its lane's queue (a lane's first turn starts it). Answered here, at once,
-        rather than behind a lane's turns: a frame refused as read, a turn on a new named lane
-        past the connection's limit, one past the turns the connection holds, and one that comes
-        once the connection is to end. Only a turn taken opens a lane (and counts toward the 32).
-        The reading never waits for a lane."""
+        """A turn onto its lane's queue (a lane's first turn starts it), or refused: a frame
+        refused as read, a turn on a new named lane past the connection's limit, one past the
+        turns the connection holds, and one that comes once the connection is to end. Only a turn
+        taken opens a lane (and counts toward the 32). The reading never waits for a lane."""
         if isinstance(frame, FrameRefused):
-            await self._refuse(frame)
+            # One naming no lane (no JSON, a bad stream_id) goes out at once: no turn is its.
+            await self._refuse(frame, on_lane=frame.lane is not None)
             return
         name = frame.lane
         refused = None
@@ -387,22 +442,51 @@ class Connection:
         elif len(self.waiting) + self.busy >= MAX_IN_FLIGHT + QUEUED_TURNS:
             refused = queue_full(name)
         if refused is not None:
-            await self._refuse(refused)
+            await self._refuse(refused, on_lane=True)
             return
         if name is not None:
             self.named.add(name)
         lane = self.lanes.get(name)
         if lane is None:
-            queue: asyncio.Queue[int] = asyncio.Queue()  # bounded by ``waiting``'s limit above
-            lane = self.lanes[name] = _Lane(queue, asyncio.create_task(self._serve(queue)))
+            lane = self.lanes[name] = _Lane(name)
+            lane.task = asyncio.create_task(self._serve(lane))
         self.taken += 1
         self.waiting[self.taken] = frame
-        lane.queue.put_nowait(self.taken)
+        self._owe(lane, self.taken)
 
-    async def _refuse(self, refused: FrameRefused) -> None:
+    async def _refuse(self, refused: FrameRefused, *, on_lane: bool) -> None:
+        """A refusal of a frame on its lane goes out after that lane's turns taken before it: a
+        client sending several on a lane matches the answers by their order. Else at once."""
         self.frames += 1
+        lane = self.lanes.get(refused.lane) if on_lane else None
+        if lane is None or not lane.owed:
+            await self._say(refused)
+            return
+        if self.refusals >= QUEUED_REFUSALS:
+            # A client that goes on sending past this many refusals reads none of them: ended,
+            # where holding each one for a lane that may be busy for minutes would hold its memory.
+            log.warning({"event": "websocket_closed", "reason": "refusals_queued", "code": 1008,
+                         "frames": self.frames})  # fmt: skip
+            await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=_REFUSALS_PILED)
+            return
+        self.refusals += 1
+        self._owe(lane, refused)
+
+    async def _say(self, refused: FrameRefused) -> None:
         with contextlib.suppress(ConnectionError):
             await self._send(error_frame(*_refusal(refused)))
+
+    def _owe(self, lane: _Lane, item: int | FrameRefused) -> None:
+        lane.owed += 1
+        self.owed += 1
+        self.settled.clear()
+        lane.queue.put_nowait(item)
+
+    def _paid(self, lane: _Lane) -> None:
+        lane.owed -= 1
+        self.owed -= 1
+        if not self.owed:
+            self.settled.set()
 
     async def _send(self, data: bytes) -> None:
         async with self.sending:
@@ -410,48 +494,69 @@ class Connection:
 
     async def _watch(self) -> None:
         """Asks ``due`` when woken and when the connection's age runs out; once it is due, no turn
-        starts, and the connection ends when the turns under way are answered."""
+        starts, and the connection ends when each lane has answered what it holds."""
         while (leave := self.leaving or self._due()) is None:
             left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.woken.wait(), timeout=max(left, 0.0))
             self.woken.clear()
-        self.leaving = leave
-        # The turns that will not start are answered now, each on its lane, in the order they
-        # came: a client waiting on one learns why rather than seeing the connection close.
-        refused, self.waiting = list(self.waiting.values()), {}
-        for frame in refused:
-            await self._refuse(unstarted(leave, frame.lane))
+        await self._decide(leave)
+        # Each lane answers the turns it will not start, in their order: after its turn under way.
         await self.settled.wait()
         await self._leave(leave)
 
-    async def _serve(self, queue: asyncio.Queue[int]) -> None:
-        """One lane: its turns answered one at a time, in the order they came."""
+    async def _decide(self, leave: Leave) -> None:
+        if self.leaving is None:
+            self.leaving = leave
+        self.woken.set()
+        async with self.room:
+            self.room.notify_all()  # a turn waiting for a place is answered now
+
+    async def _place(self) -> bool:
+        """A place in flight for a lane's next turn; False, taking none, once the connection is
+        to end (its turns not started are answered)."""
+        async with self.room:
+            await self.room.wait_for(lambda: self.leaving is not None or self.busy < MAX_IN_FLIGHT)
+            if self.leaving is not None:
+                return False
+            self.busy += 1
+            return True
+
+    async def _serve(self, lane: _Lane) -> None:
+        """One lane: its turns answered one at a time, in the order they came, a refusal among
+        them in its place."""
         while True:
-            key = await queue.get()
-            if key not in self.waiting:
-                continue  # refused when the connection was to end
-            async with self.in_flight:
-                # Asked after the wait for a place: what came meanwhile (a drain) holds. A turn
-                # not started stays in ``waiting``, for the watcher to refuse.
-                if self.leaving is None and (leave := self._due()) is not None:
-                    self.leaving = leave
-                    self.woken.set()
-                frame = self.waiting.pop(key, None) if self.leaving is None else None
-                if frame is None:
+            item = await lane.queue.get()
+            try:
+                if isinstance(item, FrameRefused):
+                    self.refusals -= 1
+                    await self._say(item)
                     continue
-                self.busy += 1
-                self.settled.clear()
+                if not await self._place():
+                    del self.waiting[item]
+                    self.frames += 1
+                    await self._say(unstarted(self.leaving or SHUTTING_DOWN, lane.name))
+                    continue
                 try:
+                    # Asked once a place is taken: what came meanwhile (a drain) holds.
+                    if self.leaving is None and (leave := self._due()) is not None:
+                        await self._decide(leave)
+                    frame = self.waiting.pop(item)
+                    if self.leaving is not None:
+                        self.frames += 1
+                        await self._say(unstarted(self.leaving, lane.name))
+                        continue
                     self.frames += 1
                     going_on = await self._frame(frame)
                 finally:
-                    self.busy -= 1
-                    if not self.busy:
-                        self.settled.set()
+                    async with self.room:
+                        self.busy -= 1
+                        self.room.notify_all()
                     self.woken.set()  # between turns: is the connection to end now?
-            if not going_on:
-                return
+                if not going_on:
+                    return
+            finally:
+                self._paid(lane)
 
     async def _leave(self, leave: Leave) -> None:
         if leave.logged is not None:
@@ -481,39 +586,52 @@ class Connection:
 
     async def _answer(self, frame: Create) -> None:
         previous = frame.body.get("previous_response_id")
-        if isinstance(previous, str) and (other := self.streaming.get(previous)) is not None:
-            if other.ended_with is None:
-                await self._send(error_frame(*_refusal(still_streaming(previous, frame.lane))))
-                return
-            # Its last event is out (the client may have read it), its remembering not yet done.
-            await other.done.wait()
-        body = expanded(frame.body, chained_to(frame.body, self.lasts.values()))
+        if isinstance(previous, str) and previous in self.streaming:
+            # Its last event is not out yet (once it is, the response is remembered).
+            refused = still_streaming(previous, frame.lane)
+            await self._run(frame, frame.body, Turn(self.ws, frame.lane, refused=refused,
+                                                    sending=self.sending))  # fmt: skip
+            return
+        body = expanded(frame.body, self._recall(frame.body))
         turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending,
                     streaming=self.streaming)  # fmt: skip
         try:
             await self._run(frame, body, turn)
         finally:
-            if turn.created is not None:
-                self.streaming.pop(turn.created, None)
-            turn.done.set()
+            turn.end(None)
+
+    def _recall(self, body: dict[str, Any]) -> Last | None:
+        last = chained_to(body, self.lasts.values())
+        if last is not None:
+            lane = next(lane for lane, kept in self.lasts.items() if kept is last)
+            self.lasts[lane] = self.lasts.pop(lane)  # the most recently used now
+        return last
 
     async def _run(self, frame: Create, body: dict[str, Any], turn: Turn) -> None:
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
+        turn.on_end = functools.partial(self._remember, frame.lane, body, request, turn)
         response = await self.turn(request)
         if not response.prepared and not turn.answered:  # observe's 500 for a bug inside it
             await answered_at_once(request, response)
-        if turn.ended_with is not None:
-            state = request[STATE]
-            # Held where the upstream itself stored the response (a native Responses upstream,
-            # not told ``store: false``): a turn chained to it goes on as sent (stored.py's rule,
-            # which the pool's pin and the provider's cache follow). A translated answer's id,
-            # or this gateway's own (``generate: false``), no upstream can find.
-            held = turn.warm is None and state.translated is None and stores(body)
-            last = remembered(body, turn.ended_with, held=held)
-            if last is not None:
-                # The lane's own: a fork leaves the lane it came from as it was.
-                self.lasts[frame.lane] = last
+
+    def _remember(self, lane: str | None, body: dict[str, Any], request: web.Request, turn: Turn,
+                  response: dict[str, Any]) -> None:  # fmt: skip
+        state = request[STATE]
+        # Held where the upstream itself stored the response (a native Responses upstream, not
+        # told ``store: false``): a turn chained to it goes on as sent (stored.py's rule, which
+        # the pool's pin and the provider's cache follow). A translated answer's id, or this
+        # gateway's own (``generate: false``), no upstream can find.
+        held = turn.warm is None and state.translated is None and stores(body)
+        last = remembered(body, response, held=held)
+        if last is None:
+            return
+        # The lane's own: a fork leaves the lane it came from as it was.
+        self.lasts.pop(lane, None)
+        self.lasts[lane] = last
+        bound = REMEMBERED_BODIES * self.handshake.app[LIVE].services.cfg.server.max_body_bytes
+        for gone in forgotten(self.lasts, bound):
+            del self.lasts[gone]
 
 
 def _refusal(refused: FrameRefused) -> tuple[int, dict[str, Any], str | None]:
@@ -522,8 +640,11 @@ def _refusal(refused: FrameRefused) -> tuple[int, dict[str, Any], str | None]:
 
 @dataclass
 class _Lane:
-    queue: asyncio.Queue[int]  # keys of the connection's ``waiting``
-    task: asyncio.Task[None]
+    name: str | None = None
+    # Keys of the connection's ``waiting``, and refusals to send in their place among them.
+    queue: asyncio.Queue[int | FrameRefused] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+    owed: int = 0  # what its queue holds, and what it answers now
 
 
 class _NotHTTP(AbstractStreamWriter):

@@ -355,8 +355,9 @@ async def test_a_busy_connection_closes_after_its_turn_and_starts_no_other(make_
         while (msg := await ws.receive(timeout=5)).type is aiohttp.WSMsgType.TEXT:
             events.append(json.loads(msg.data))
         assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.GOING_AWAY
-    assert events[-1]["type"] == "response.completed"
-    (refused,) = [e for e in events if e["type"] == "error"]  # the frame sent during the drain
+    # The frame sent during the drain is answered after the turn it came behind on its lane.
+    assert [e["type"] for e in events][-2:] == ["response.completed", "error"]
+    (refused,) = [e for e in events if e["type"] == "error"]
     assert refused["status"] == 503 and refused["error"]["code"] == "gateway_shutdown" and "stream_id" not in refused
     assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-5-codex", status="200",
                      error_type="none") == 1  # fmt: skip
@@ -497,8 +498,9 @@ async def test_a_reload_that_turns_the_mode_off_ends_idle_connections_now_and_bu
     assert "no longer serves the WebSocket mode" in gone.extra
     await busy.send_json(FIRST)  # after the reload: not started
     events, closed = await _until_closed(busy)
-    assert events[-1]["type"] == "response.completed"
-    (refused,) = [e for e in events if e["type"] == "error"]  # the frame sent after the reload
+    # The frame sent after the reload is answered after the turn it came behind on its lane.
+    assert [e["type"] for e in events][-2:] == ["response.completed", "error"]
+    (refused,) = [e for e in events if e["type"] == "error"]
     assert refused["status"] == 426 and refused["error"]["code"] == "websocket_not_supported"
     assert closed.data == aiohttp.WSCloseCode.GOING_AWAY
     assert len(gw.fake.responses_requests()) == 2  # the hung try and its retry: one turn
@@ -733,7 +735,11 @@ async def test_the_turns_a_connection_holds_are_bounded_across_its_lanes(make_ga
         events = await _ends(ws, 26)
         after = await _turn(ws, {**FIRST, "stream_id": "late"})  # room again: taken
     refused = [e for e in events if e["type"] == "error"]
-    assert [e["stream_id"] for e in refused] == ["lane_0", "late"]
+    # A new lane's at once; lane_0's after the two turns it took before it, in their order.
+    assert [e["stream_id"] for e in refused] == ["late", "lane_0"]
+    on_lane_0 = [e["type"] for e in events if e.get("stream_id") == "lane_0" and e["type"] in ("response.completed",
+                                                                                              "error")]  # fmt: skip
+    assert on_lane_0 == ["response.completed", "response.completed", "error"]
     assert all(e["status"] == 429 and e["error"]["code"] == "websocket_queue_full" for e in refused)
     assert refused[0]["error"]["param"] == "stream_id"
     assert sum(e["type"] == "response.completed" for e in events) == 24
@@ -750,7 +756,8 @@ async def test_turns_queued_when_the_connection_ends_are_each_answered_on_their_
 ) -> None:
     """A drain, the connection's age, a reload that turns the mode off: the turn under way is
     answered whole, and each turn still queued (they were dropped without a word) gets an error
-    frame with its stream_id saying why, at once, before the connection closes."""
+    frame with its stream_id saying why, after the turn under way on its lane (a client matches
+    a lane's answers by their order: they came ahead of it), before the connection closes."""
     gw = await make_gateway("server: {responses_websocket_max_age_s: 0.5}\n" if why == "max_age" else "",
                             real_sleep=True)  # fmt: skip
     gw.fake.script(_slow("resp_a1", 1.5))
@@ -774,7 +781,8 @@ async def test_turns_queued_when_the_connection_ends_are_each_answered_on_their_
     refused = [(at, e) for at, e in timed if e["type"] == "error" and "stream_id" in e]
     assert [e["stream_id"] for _, e in refused] == ["a", "a"]
     assert all(e["status"] == status and e["error"]["code"] == code for _, e in refused), refused
-    assert all(at < 1.0 for at, _ in refused)  # not held until a's first ends (1.5 s)
+    on_a = [e["type"] for _, e in timed if e.get("stream_id") == "a" and e["type"] in ("response.completed", "error")]
+    assert on_a == ["response.completed", "error", "error"]
     done = [e.get("stream_id") for _, e in timed if e["type"] == "response.completed"]
     assert sorted(done, key=str) == [None, "a"]
     assert len(gw.fake.responses_requests()) == 2
@@ -808,9 +816,10 @@ async def test_a_fork_of_a_response_still_streaming_is_refused_as_not_found(make
     assert sent[1]["input"][-1] == new[0] and sent[1]["input"][: len(FIRST["input"])] == FIRST["input"]
 
 
-async def test_frames_refused_as_read_are_answered_at_once_not_behind_the_default_lane(make_gateway) -> None:
-    """An invalid stream_id, a frame that is no JSON, an unknown type on a busy lane: each is
-    answered as it is read, where it waited behind the default lane's turn under way."""
+async def test_frames_refused_as_read_go_out_at_once_unless_their_lane_is_busy(make_gateway) -> None:
+    """An invalid stream_id, a frame that is no JSON, an unknown type on an idle lane: each is
+    answered as it is read, not behind the default lane's turn under way. One on a busy lane goes
+    out after that lane's turn: its client matches the lane's answers by their order."""
     gw = await make_gateway(real_sleep=True)
     gw.fake.script(_slow("resp_1", 1.5), _slow("resp_2", 1.5))
     async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
@@ -821,19 +830,17 @@ async def test_frames_refused_as_read_are_answered_at_once_not_behind_the_defaul
         await ws.send_json({**FIRST, "stream_id": "not a lane"})
         await ws.send_str("{nope")
         await ws.send_json({"type": "response.cancel", "stream_id": "a"})
-        refused = []
-        while len(refused) < 3:
-            event = json.loads((await ws.receive(timeout=5)).data)
-            if event["type"] == "error":
-                refused.append(event)
-            else:
-                assert event["type"] != "response.completed", "a refusal waited for a turn's end"
-        took = time.monotonic() - began
-        events = await _ends(ws, 2)
-    assert took < 1.0, took
-    assert [e["error"]["code"] for e in refused] == ["invalid_stream_id", "invalid_json", "invalid_event"]
-    assert [e.get("stream_id") for e in refused] == [None, None, "a"]
-    assert sum(e["type"] == "response.completed" for e in events) == 2
+        await ws.send_json({"type": "response.cancel", "stream_id": "idle"})
+        timed: list[tuple[float, dict]] = []
+        while sum(e["type"] in ("response.completed", "error") for _, e in timed) < 6:
+            timed.append((time.monotonic() - began, json.loads((await ws.receive(timeout=5)).data)))
+    ends = [(e["type"], e.get("stream_id")) for _, e in timed if e["type"] in ("response.completed", "error")]
+    assert ends[:3] == [("error", None), ("error", None), ("error", "idle")]
+    assert all(at < 1.0 for at, e in timed[:3]), timed[:3]
+    assert ends.index(("response.completed", "a")) < ends.index(("error", "a"))
+    refused = [e for _, e in timed if e["type"] == "error"]
+    assert [e["error"]["code"] for e in refused[:3]] == ["invalid_stream_id", "invalid_json", "invalid_event"]
+    assert sum(e["type"] == "response.completed" for _, e in timed) == 2
 
 
 async def test_refused_frames_open_no_lane(make_gateway) -> None:
@@ -852,3 +859,103 @@ async def test_refused_frames_open_no_lane(make_gateway) -> None:
         (ghost,) = await _turn(ws, {**warm, "stream_id": "ghost_0"})
     assert limit["error"]["code"] == ghost["error"]["code"] == "websocket_stream_limit_reached"
     assert gw.fake.requests == []
+
+
+async def test_a_warm_turn_made_too_large_by_its_expansion_is_a_413_frame(make_gateway) -> None:
+    """``generate: false`` calls no upstream, but what it is chained to is held for the next turn:
+    expanded past ``max_body_bytes`` it is refused as a cold turn is, and nothing more is held."""
+    gw = await make_gateway(extra_yaml="server: {max_body_bytes: 2000}\n")
+    warm = {**FIRST, "generate": False, "stream_id": "a", "input": "x" * 1500}
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        first = (await _turn(ws, warm))[-1]["response"]["id"]
+        (big,) = await _turn(ws, {**warm, "previous_response_id": first})
+        (lasts,) = [c.lasts for c in gw.app[LIVE].life.connections]
+    assert big["type"] == "error" and big["status"] == 413 and big["stream_id"] == "a"
+    assert big["error"]["code"] == "request_too_large"
+    assert [last.id for last in lasts.values()] == [first]
+    assert gw.fake.requests == []
+
+
+async def test_what_a_connection_remembers_is_bounded_across_its_lanes(make_gateway) -> None:
+    """Each lane remembers its last response; all lanes together hold 2 × max_body_bytes at most
+    (as JSON), the least recently used lane's forgotten first: a turn chained to it is then
+    answered as one chained to any id the connection does not know."""
+    gw = await make_gateway(extra_yaml="server: {max_body_bytes: 2000}\n")
+    warm = {**FIRST, "generate": False, "input": "x" * 1200}  # about 1,230 bytes remembered each
+    ids = {}
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        for lane in ("a", "b", "c"):
+            ids[lane] = (await _turn(ws, {**warm, "stream_id": lane}))[-1]["response"]["id"]
+        # a is used again (chained to): b is the least recently used when d comes.
+        again = await _turn(ws, {**warm, "stream_id": "a", "previous_response_id": ids["a"], "input": "y"})
+        ids["a"] = again[-1]["response"]["id"]
+        await _turn(ws, {**warm, "stream_id": "d"})
+        (lasts,) = [c.lasts for c in gw.app[LIVE].life.connections]
+        held = sum(last.size for last in lasts.values())
+        (lost,) = await _turn(ws, {**FIRST, "stream_id": "b", "previous_response_id": ids["b"], "input": "y"})
+    assert sorted(lane for lane in lasts if lane is not None) == ["a", "c", "d"] and held <= 4000
+    assert lost["status"] == 400 and lost["error"]["code"] == "previous_response_not_found"
+    assert gw.fake.requests == []
+
+
+async def test_a_fork_sent_once_the_response_completed_goes_on_at_once(make_gateway) -> None:
+    """The response is remembered as its completed event goes out: a turn chained to it (a fork
+    on another lane) starts at once, where it waited for the upstream to close its stream."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="stall"))
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        while json.loads((await ws.receive(timeout=5)).data)["type"] != "response.completed":
+            pass
+        began = time.monotonic()
+        fork = await _turn(ws, {**FIRST, "stream_id": "b", "previous_response_id": "resp_a1", "input": new})
+        took = time.monotonic() - began
+    assert fork[-1]["type"] == "response.completed" and fork[-1]["stream_id"] == "b"
+    assert took < 2.0, took
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert "previous_response_id" not in sent[1] and sent[1]["input"][-1] == new[0]
+
+
+async def test_refusals_piled_behind_a_busy_lane_close_the_connection(make_gateway) -> None:
+    """Refusals on a busy lane wait for its turns; a client that sends past 64 of them, reading
+    none, is closed 1008 rather than held in memory for as long as the lane is busy."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_a1", 1.0))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        await _until(lambda: len(gw.fake.responses_requests()) == 1, "a's first turn is out")
+        for _ in range(23 + 65):
+            await ws.send_json({**FIRST, "stream_id": "a"})
+        events = []
+        while (msg := await ws.receive(timeout=5)).type is aiohttp.WSMsgType.TEXT:
+            events.append(json.loads(msg.data))
+    assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.POLICY_VIOLATION
+    assert not any(e["type"] == "error" for e in events)  # none sent ahead of the lane's turn
+
+
+async def test_a_fork_refused_as_still_streaming_is_a_request_its_key_checked(make_gateway) -> None:
+    """The refusal of a fork of a response still being generated goes through the turn's
+    pipeline: counted and logged as a request, and a key revoked meanwhile is told 401."""
+    gw = await make_gateway(extra_yaml=KEYED, real_sleep=True)
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="eof", pause_s=1.0, pause_after=5),
+                   Stream(responses_stream(rid="resp_b1"), then="eof", pause_s=1.0, pause_after=5))  # fmt: skip
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers={"Authorization": "Bearer gw-key-1"}) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        assert json.loads((await ws.receive(timeout=5)).data)["type"] == "response.created"
+        await ws.send_json({**FIRST, "stream_id": "b", "previous_response_id": "resp_a1", "input": new})
+        (counted,) = [e for e in await _ends(ws, 2) if e["type"] == "error"]
+        await ws.send_json({**FIRST, "stream_id": "c"})
+        assert json.loads((await ws.receive(timeout=5)).data)["type"] == "response.created"
+        text = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nserver: {{client_keys: [gw-key-2]}}\n"
+        await gw.app[LIVE].replace(parse_config(text, env={}))
+        await ws.send_json({**FIRST, "stream_id": "d", "previous_response_id": "resp_b1", "input": new})
+        (revoked,) = [e for e in await _ends(ws, 2) if e["type"] == "error"]
+    assert counted["status"] == 400 and counted["error"]["code"] == "previous_response_not_found"
+    assert counted["stream_id"] == "b" and counted["error"]["param"] == "previous_response_id"
+    assert revoked["status"] == 401 and revoked["stream_id"] == "d"
+    assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="400",
+                     error_type="unknown") == 1  # fmt: skip
+    assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="401",
+                     error_type="auth") == 1  # fmt: skip

@@ -22,9 +22,9 @@ letters, digits, ``_``, ``-`` or ``.``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import orjson
 
@@ -34,6 +34,14 @@ MAX_NAMED_LANES = 32  # distinct named stream_ids a connection accepts in its li
 # without saying how many, and each is a parsed frame of up to ``server.max_body_bytes``, so the
 # queue is bounded and a frame past it refused on its lane (``queue_full``) while reading goes on.
 QUEUED_TURNS = 8
+# Refusals a connection holds back, all lanes together, to send each after the turns its lane took
+# before it (a refusal has no body; a client that goes on sending past this many is closed).
+QUEUED_REFUSALS = 64
+# What a connection remembers of its lanes' conversations (``Last.items``), all lanes together, in
+# ``server.max_body_bytes``: a turn chained to one more than that could not be sent anyway, and
+# ``generate: false`` turns, which call no upstream, could otherwise pile up memory for nothing.
+REMEMBERED_BODIES = 2
+K = TypeVar("K")
 _LANE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
 CREATE = "response.create"
@@ -108,12 +116,14 @@ class Last:
     connection knows it (the input it was made from, earlier turns expanded, then its output),
     the stored response that conversation goes on from (``base``: the ``previous_response_id``
     it was sent upstream with, None where ``items`` are whole), and whether the upstream that
-    made it holds it (``held``: a native Responses upstream, not told ``store: false``)."""
+    made it holds it (``held``: a native Responses upstream, not told ``store: false``), and
+    what ``items`` weigh as JSON (``size``, what the connection's bound counts)."""
 
     id: str
     items: tuple[Any, ...]
     base: str | None = None
     held: bool = False
+    size: int = field(default=0, compare=False)
 
 
 def chained_to(body: dict[str, Any], lasts: Iterable[Last]) -> Last | None:
@@ -183,7 +193,23 @@ def remembered(body: dict[str, Any], response: Any, *, held: bool = False) -> La
     if not isinstance(rid, str) or not isinstance(output, list):
         return None
     base = body.get("previous_response_id")
-    return Last(rid, (*_items(body.get("input")), *output), base if isinstance(base, str) else None, held)
+    items = (*_items(body.get("input")), *output)
+    return Last(rid, items, base if isinstance(base, str) else None, held, len(orjson.dumps(items)))
+
+
+def forgotten(lasts: Mapping[K, Last], bound: int) -> list[K]:
+    """The lanes whose last response a connection forgets so that what it remembers (``lasts``,
+    least recently used first) weighs ``bound`` bytes at most: the least recently used first, the
+    newest too where it alone is over. A turn chained to a forgotten response is sent on as it
+    came, as one chained to any id the connection does not know."""
+    total = sum(last.size for last in lasts.values())
+    gone: list[K] = []
+    for lane, last in lasts.items():
+        if total <= bound:
+            break
+        gone.append(lane)
+        total -= last.size
+    return gone
 
 
 def _items(given: Any) -> list[Any]:

@@ -19,6 +19,7 @@ from gateway.apis.responses.websocket import (
     due,
     error_frame,
     expanded,
+    forgotten,
     lane_limit,
     queue_full,
     read_frame,
@@ -200,3 +201,17 @@ def test_a_fork_of_a_response_still_generated_is_not_found_on_the_forking_lane()
     assert (refused.status, refused.code, refused.param, refused.lane) == (
         400, "previous_response_not_found", "previous_response_id", "b")  # fmt: skip
     assert refused.message.startswith("Previous response with id 'resp_x' not found")
+
+
+def test_a_remembered_response_weighs_its_items_as_json() -> None:
+    last = remembered({"input": "hi"}, {"id": "resp_1", "output": [USER]})
+    assert last is not None and last.size == len(json.dumps([{"role": "user", "content": "hi"}, USER],
+                                                           separators=(",", ":")))  # fmt: skip
+
+
+def test_the_least_recently_used_lanes_are_forgotten_past_the_bound() -> None:
+    lasts = {lane: Last(f"resp_{lane}", (), size=size) for lane, size in (("a", 400), (None, 300), ("c", 500))}
+    assert forgotten(lasts, 1200) == []
+    assert forgotten(lasts, 1000) == ["a"]
+    assert forgotten(lasts, 500) == ["a", None]
+    assert forgotten(lasts, 499) == ["a", None, "c"]  # the newest too, where it alone is over
