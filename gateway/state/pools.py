@@ -395,7 +395,8 @@ class PoolState:
         estimate lowers the minute's count by the difference only where the estimate is known
         to be counted: still pending here, or in the store at the epoch it went there in (a read
         or a flush took it, or ``take`` counted it there, and the store has served nothing from
-        memory, lost nothing, since: ``StateStore.epoch``). Lowered where it never was (a
+        memory, lost nothing, since: ``StateStore.epoch``; and there by no more than this
+        replica's own counts it still holds, RECORDS_ADD). Lowered where it never was (a
         Redis restarted empty while the answer came, or taken for down at the take), the count
         went below what the other replicas had taken: 15,000 tokens admitted in a minute of
         10,000 (review). Elsewhere the difference is lost, the count held high to the minute's
