@@ -256,7 +256,8 @@ class MemoryStore:
             rec = dict(self._records.get(key) or {})
             for name, n in counts.items():
                 # Never below nothing: a usage's correction lowers a count that held its estimate
-                # (RECORDS_ADD's floor, as Redis keeps it).
+                # (RECORDS_ADD's floor, as Redis keeps it). RECORDS_ADD's cap at the replica's own
+                # share needs no field here: one process wrote all of it, and loses none of it.
                 rec[name] = max(0, rec.get(name, 0) + n)
             self._records.put(key, rec, ttl_s)
         return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits), held

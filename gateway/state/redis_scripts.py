@@ -233,8 +233,10 @@ return 1
 # if this window's requests and tokens stay within them (as LEDGER_ADMIT counts a key's), so
 # replicas that pick it at the same moment cannot each spend what the other sees as left.
 # KEYS: the window's record, the call's own marker. ARGV: rpm, tpm (0: no such limit), tokens,
-# ttl_ms, the marker's TTL in ms. A call sent again after its answer was lost counts nothing
-# more: it is answered taken, with the window as it is.
+# ttl_ms, the marker's TTL in ms, the replica's instance id. A call sent again after its answer
+# was lost counts nothing more: it is answered taken, with the window as it is. The tokens also
+# go to the replica's own share of the count (``k:<instance>``), which caps what its usages below
+# their estimates may take off it later (RECORDS_ADD).
 RECORDS_TAKE = """
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
@@ -243,6 +245,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then return {1, n, k} end
 if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k} end
 n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 k = redis.call('HINCRBY', KEYS[1], 'k', tokens)
+redis.call('HINCRBY', KEYS[1], 'k:' .. ARGV[6], tokens)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
 return {1, n, k}
@@ -269,23 +272,36 @@ return {kept, ends}
 # Counts added to records (a pool's sends, seen by every replica), once however often the call
 # is sent (its answer lost, sent again). KEYS: the call's own marker, the store's ``kept``
 # marker, then the records. ARGV: the marker's TTL in ms, the ``kept`` marker this replica
-# knows, then for each record its TTL in ms, how many fields, and each field with its count.
+# knows, the replica's instance id, then for each record its TTL in ms, how many fields, and
+# each field with its count.
 # A count is lowered (a usage below its call's estimate) only while Redis still holds the
 # ``kept`` marker the replica knows: a Redis restarted or flushed since never held the
 # estimate, and lowered there it went below what the other replicas had taken (15,000 tokens
-# admitted in a 10,000-a-minute minute). Never below nothing either, whatever the caller knows.
+# admitted in a 10,000-a-minute minute). A ``k`` is lowered by at most what this replica's own
+# estimates still hold of it (``k:<instance>``, raised with each of its adds and takes): a Redis
+# restarted from a snapshot, or a replica promoted while behind, keeps the ``kept`` marker but
+# lost the latest writes, the estimate among them, and the credit taken from the other
+# replicas' share let 12,100 tokens through a 10,000 minute. Never below nothing either.
 RECORDS_ADD = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 0 end
 local kept = ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2]
-local at = 3
+local own = 'k:' .. ARGV[3]
+local at = 4
 for i = 3, #KEYS do
   local ttl, fields = ARGV[at], tonumber(ARGV[at + 1])
   at = at + 2
   for _ = 1, fields do
-    if kept or tonumber(ARGV[at + 1]) >= 0 then
-      if redis.call('HINCRBY', KEYS[i], ARGV[at], ARGV[at + 1]) < 0 then
-        redis.call('HSET', KEYS[i], ARGV[at], 0)
-      end
+    local name, by = ARGV[at], tonumber(ARGV[at + 1])
+    if name == 'k' and by < 0 then
+      by = kept and -math.min(-by, tonumber(redis.call('HGET', KEYS[i], own) or '0')) or 0
+      if by < 0 then redis.call('HINCRBY', KEYS[i], own, by) end
+    elseif name == 'k' and by > 0 then
+      redis.call('HINCRBY', KEYS[i], own, by)
+    elseif by < 0 and not kept then
+      by = 0
+    end
+    if by ~= 0 and redis.call('HINCRBY', KEYS[i], name, by) < 0 then
+      redis.call('HSET', KEYS[i], name, 0)
     end
     at = at + 2
   end

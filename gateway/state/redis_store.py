@@ -735,7 +735,7 @@ class RedisStore:
         add_keys: list[str] = [self._op_marker(), self._kept_key]
         # With the ``kept`` marker this replica knows: a count is lowered only in that Redis.
         kept = self._kept.decode() if self._kept is not None else ""
-        add_args: list[str | int] = [self._op_marker_ms, kept]
+        add_args: list[str | int] = [self._op_marker_ms, kept, self._instance]
         for key, counts, ttl_s in adds:
             add_keys.append(p + key)
             add_args += [_ms(ttl_s), len(counts)]
@@ -764,8 +764,11 @@ class RedisStore:
             got = await pipe.execute()
             read = got[len(got) - len(reads) - len(circuits) : len(got) - len(circuits)]
             held = [raw.decode() if isinstance(raw, bytes) else None for raw in got[2 : 3 * len(homes) : 3]]
-            return ([{k.decode(): float(v) for k, v in raw.items()} for raw in read],
-                    [_record(raw) for raw in got[len(got) - len(circuits) :]], held)  # fmt: skip
+            # Less each replica's own share of a usage count (``k:<instance>``, RECORDS_ADD's
+            # cap): Redis's bookkeeping, not a count any reader sums.
+            counts = [{k.decode(): float(v) for k, v in raw.items() if not k.startswith(b"k:")}
+                      for raw in read]  # fmt: skip
+            return counts, [_record(raw) for raw in got[len(got) - len(circuits) :]], held
 
         if not reads and not writes and not adds and not circuits and not homes:
             return [], [], []
@@ -879,7 +882,8 @@ class RedisStore:
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:
-        args = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s), self._op_marker_ms]
+        args: list[str | int] = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s),
+                                 self._op_marker_ms, self._instance]
         keys = [self._p + "d:" + key, self._op_marker()]
 
         async def remote() -> tuple[bool, int, int]:

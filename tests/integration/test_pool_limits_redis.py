@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -174,11 +175,16 @@ async def _b_takes_after_a_used_less(replicas: tuple[Replica, Replica], redis: R
                 await asyncio.sleep(0.02)
             assert a.store.healthy
         else:
+            if lose == "crash":
+                _command(redis, b"SAVE\r\n")  # a snapshot (Redis's default persistence) holds the marker
             took = await pa.take(ups[0], "m", 8000)
         assert took is not None
         mark = pa.sent(ups[0], "m", 8000, took)
         if lose == "answer":
             redis.flush()  # restarted empty while the answer streamed
+        elif lose == "crash":  # killed and restarted from the snapshot: A's 8,000 gone, the marker kept
+            redis.stop()
+            redis.start()
         assert await pb.take(ups[0], "m", 2000) is not None
         pa.used(ups[0], "m", mark, 8000, 100)
         await pa.refresh("p", ups, "m")
@@ -188,12 +194,42 @@ async def _b_takes_after_a_used_less(replicas: tuple[Replica, Replica], redis: R
         await pb.close()
 
 
-@pytest.mark.parametrize("lose", ["nothing", "answer", "take"])
+def _command(redis: RedisServer, command: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", redis.port), timeout=5) as s:
+        s.sendall(command)
+        assert s.recv(64).startswith(b"+OK")
+
+
+@pytest.mark.parametrize("lose", ["nothing", "answer", "take", "crash"])
 async def test_a_usage_below_the_estimate_lowers_only_a_count_that_holds_it(
     patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, lose: str,
 ) -> None:
     """Held, A's 8,000 comes down to 100: 2,100 counted, room for one more 5,000. Lost (Redis
     flushed while the answer came) or never there (taken for down at the take), lowered by
     7,900 it left B credit beyond its own 2,000: 15,000 tokens in a minute of 10,000 (review).
+    Lost to a crash (Redis restarted from a snapshot taken before the take: its ``kept`` marker
+    the same, A's 8,000 not there), it lowered B's 2,000 and more: 12,100 tokens (review); now
+    by no more than A's own estimates still held there, none: 7,100.
     What A counted in its memory alone is lost to B either way; no more is."""
     assert await _b_takes_after_a_used_less(patient_replicas, redis_server, lose) == [True, False, False, False]
+
+
+async def test_a_usage_below_the_estimate_takes_off_no_more_than_the_replica_s_own_share(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """The count holds 3,000 of A's (its take and a send's add) and 5,000 of B's: a difference of
+    4,000 from A (an estimate the count lost, to a snapshot restored) lowers it by A's 3,000
+    alone, never into B's share; a second one, by nothing more. B's own share is B's to lower."""
+    a, b = patient_replicas
+    await a.store.check(2.0)
+    await b.store.check(2.0)
+    key = "u:x#1"
+    assert (await a.store.records_take(key, None, 10_000, 2_000, 120.0))[0]
+    assert (await b.store.records_take(key, None, 10_000, 5_000, 120.0))[0]
+    await a.store.records_sync((), adds=[(key, {"n": 1, "k": 1_000}, 120.0)])
+    got, _, _ = await a.store.records_sync([key], adds=[(key, {"k": -4_000}, 120.0)])
+    assert got == [{"n": 3.0, "k": 5_000.0}]  # (the shares are not read back as counts)
+    got, _, _ = await a.store.records_sync([key], adds=[(key, {"k": -100}, 120.0)])
+    assert got[0]["k"] == 5_000.0
+    got, _, _ = await b.store.records_sync([key], adds=[(key, {"k": -4_900}, 120.0)])
+    assert got[0]["k"] == 100.0

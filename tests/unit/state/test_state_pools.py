@@ -986,3 +986,40 @@ async def test_the_memory_store_keeps_a_count_at_zero_at_least() -> None:
     await store.records_sync((), (), [("n:a/m#1", {"n": 1, "k": 500}, 60.0)])
     await store.records_sync((), (), [("n:a/m#1", {"k": -800}, 60.0)])
     assert (await store.records_sync(["n:a/m#1"]))[0] == [{"n": 1, "k": 0}]
+
+
+@pytest.mark.parametrize(("n", "k", "credit", "tokens", "taken"), [
+    (3, 800, -700, 500, True),  # 100 counted once the credit is in: 600 fit
+    (3, 800, -100, 500, False),  # 700 + 500 do not
+    (3, 800, 0, 100, False),  # nothing to give back: refused for what it is
+    (3, 800, 200, 100, False),  # (a usage above its estimate adds, never helps)
+    (4, 100, -50, 10, False),  # refused for its requests, which no credit gives back
+    (3, 800, -900, 1_000, True),  # a count at nothing takes any size (as RECORDS_TAKE does)
+])  # fmt: skip
+def test_a_refused_take_is_asked_again_only_when_the_credit_not_yet_sent_makes_room(
+        n: int, k: int, credit: int, tokens: int, taken: bool) -> None:  # fmt: skip
+    limits = members(", limits: {requests_per_minute: 4, tokens_per_minute: 1000}")[0].limits
+    assert pools.taken_with(n, k, credit, limits, tokens) is taken
+
+
+@pytest.mark.parametrize(("size", "taken", "count"), [
+    (500, True, 600),  # 100 counted once the credit is in: room for 500
+    (950, False, 800),  # no room even then: refused, the credit left for the next flush
+])  # fmt: skip
+async def test_a_take_refused_for_a_credit_not_yet_sent_sends_it_and_asks_once_more(
+        size: int, taken: bool, count: float) -> None:  # fmt: skip
+    """Refused at 800 of 1,000 while its answer's 100 waited here for the next flush, the
+    deployment sat out the rest of the minute (162 refusals at 8,800 of 10,000, review). The
+    credit goes out at once and the take is asked again, once: it passes if the room is there."""
+    clock = Clock()
+    store = Outage(clock)
+    a = PoolState(store, clock, clock)
+    ups = members(", limits: {tokens_per_minute: 1000}")
+    took = await a.take(ups[0], MODEL, 800)
+    assert took is not None
+    a.used(ups[0], MODEL, a.sent(ups[0], MODEL, 800, took), 800, 100)
+    assert (await a.take(ups[0], MODEL, size) is not None) is taken
+    (rec,), _, _ = await store.records_sync([f"n:a/{MODEL}#{int(T0 // 60)}"])
+    assert rec["k"] == count
+    now_ms = clock.now * 1000
+    assert a.view(0, ups[0], MODEL, now_ms).serves_at(now_ms) is taken  # refused: sits out
