@@ -430,8 +430,8 @@ class Connection:
         turns the connection holds, and one that comes once the connection is to end. Only a turn
         taken opens a lane (and counts toward the 32). The reading never waits for a lane."""
         if isinstance(frame, FrameRefused):
-            # One naming no lane (no JSON, a bad stream_id) goes out at once: no turn is its.
-            await self._refuse(frame, on_lane=frame.lane is not None)
+            # One of no lane (no JSON, no object, a bad stream_id) goes out at once: no turn is its.
+            await self._refuse(frame, on_lane=frame.laned)
             return
         name = frame.lane
         refused = None

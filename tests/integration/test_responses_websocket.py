@@ -959,3 +959,19 @@ async def test_a_fork_refused_as_still_streaming_is_a_request_its_key_checked(ma
                      error_type="unknown") == 1  # fmt: skip
     assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="401",
                      error_type="auth") == 1  # fmt: skip
+
+
+async def test_a_frame_refused_as_read_on_the_default_lane_waits_for_its_turn(make_gateway) -> None:
+    """A frame with no stream_id that is read as a JSON object is of the default lane: refused
+    (here ``background``), its error goes out after that lane's turn under way, as on a named
+    lane. It jumped ahead, ``lane`` being None for it as for a frame of no lane."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_a1", 1.0))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json(FIRST)
+        await _until(lambda: len(gw.fake.responses_requests()) == 1, "the default lane's turn is out")
+        await ws.send_json({**FIRST, "background": True})
+        events = await _ends(ws, 2)
+    ends = [e["type"] for e in events if e["type"] in ("response.completed", "error")]
+    assert ends == ["response.completed", "error"], ends
+    assert events[-1]["error"]["code"] == "invalid_event" and "stream_id" not in events[-1]
