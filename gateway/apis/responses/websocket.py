@@ -35,7 +35,8 @@ MAX_NAMED_LANES = 32  # distinct named stream_ids a connection accepts in its li
 # queue is bounded and a frame past it refused on its lane (``queue_full``) while reading goes on.
 QUEUED_TURNS = 8
 # Refusals a connection holds back, all lanes together, to send each after the turns its lane took
-# before it (a refusal has no body; a client that goes on sending past this many is closed).
+# before it (a refusal has no body; past this many, one goes out at once, out of its lane's order:
+# closing instead would cut turns taken, one already upstream, that the client could not stop).
 QUEUED_REFUSALS = 64
 # What a connection remembers of its lanes' conversations (``Last.items``), all lanes together, in
 # ``server.max_body_bytes``: a turn chained to one more than that could not be sent anyway, and
