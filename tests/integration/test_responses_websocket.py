@@ -978,3 +978,31 @@ async def test_a_frame_refused_as_read_on_the_default_lane_waits_for_its_turn(ma
     ends = [e["type"] for e in events if e["type"] in ("response.completed", "error")]
     assert ends == ["response.completed", "error"], ends
     assert events[-1]["error"]["code"] == "invalid_event" and "stream_id" not in events[-1]
+
+
+async def test_the_next_turn_on_a_lane_starts_once_the_response_completed(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upstream that holds its stream open after response.completed holds the lane no more:
+    the relay ends the leg at that event (its usage is in it), where the lane's next turn waited
+    for the upstream's close or idle_s (3.01 s with idle_s 3). Its usage is still counted."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(real_sleep=True, timeouts="{connect_s: 2, first_byte_s: 5.0, idle_s: 3.0}")
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="stall"),
+                   Stream(responses_stream(rid="resp_a2"), then="eof"))  # fmt: skip
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json(FIRST)
+        while json.loads((await ws.receive(timeout=5)).data)["type"] != "response.completed":
+            pass
+        began = time.monotonic()
+        nxt = await _turn(ws, {**FIRST, "previous_response_id": "resp_a1", "input": new})
+        took = time.monotonic() - began
+    assert nxt[-1]["type"] == "response.completed" and nxt[-1]["response"]["id"] == "resp_a2"
+    assert took < 1.0, took
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert "previous_response_id" not in sent[1] and sent[1]["input"][-1] == new[0]
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    # The response.completed's own usage (the fake's 30 in, 9 out), not an estimate of the text.
+    assert [line["usage"] for line in lines] == [{"prompt": 30, "completion": 9}] * 2
+    assert not any("ended_by" in line or "after_end" in line for line in lines)
