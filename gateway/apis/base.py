@@ -160,6 +160,10 @@ class StreamReader(Protocol):
 
     usage: dict[str, int]  # "prompt" / "completion" token counts seen so far
     error: dict[str, Any] | None  # the payload of the last ERROR event
+    # Whether the FINAL event ends the stream, nothing the client needs after it (the Responses
+    # API's response.completed, usage in it): the relay stops reading there. Not chat's
+    # finish_reason (usage and [DONE] follow), nor Gemini's or a Messages message_delta.
+    ends_at_final: bool
     # The events it decoded, kept (``keep``) for a translator after it, which then takes
     # each document from here instead of decoding the same event again.
     parsed_events: ParsedEvents

@@ -441,6 +441,9 @@ async def _pump_leg(
         if end is not None:
             return end
         state.stream_complete = state.stream_complete or finished
+        if finished and reader.ends_at_final:
+            await _body_end(state, leg)
+            return None
         async for chunk in leg.chunks:
             events = splitter.feed(chunk)
             if not events:
@@ -456,6 +459,9 @@ async def _pump_leg(
                 return end
             if finished:
                 state.stream_complete = True  # what drain_s cutting the stream now must not contradict
+                if reader.ends_at_final:
+                    await _body_end(state, leg)
+                    return None
         rest = splitter.pending
     except UpstreamFailure as f:
         if finished:
@@ -484,6 +490,28 @@ async def _pump_leg(
         state.ended_by = broken.value
         return Ending(c, _TRANSPORT_TEXT[broken], broken.value)
     return None
+
+
+# How long a stream whose end event ends it (``StreamReader.ends_at_final``) is read on for the
+# body's own end, so that its connection can carry another request: one that arrives with the
+# event or just after it keeps the socket; an upstream that holds the stream open past this is
+# not waited for (it held the answer, and a WebSocket lane's next turn, for up to idle_s).
+BODY_END_S = 0.2
+
+
+async def _body_end(state: RequestState, leg: Success) -> None:
+    """Reads what follows the answer's end event, up to ``BODY_END_S``, and drops it: nothing
+    after the end is the client's, and the connection is closed (``leg.response.close``) unless
+    the body ended meanwhile."""
+    assert leg.chunks is not None
+    try:
+        async with asyncio.timeout(BODY_END_S):
+            async for _ in leg.chunks:
+                pass
+    except TimeoutError:
+        pass  # held open: the answer is whole, and nothing more is waited for
+    except UpstreamFailure as f:
+        state.after_end = f.kind.value  # broken after the whole answer: logged, no error
 
 
 def _spliced(splice: Splice | None, data: bytes) -> bytes:

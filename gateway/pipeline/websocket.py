@@ -94,7 +94,6 @@ log = logging.getLogger("gateway.access")
 HEARTBEAT_S = 30.0
 _ENDS = (b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
 _REMEMBERED = ("response.completed", "response.incomplete")
-_REFUSALS_PILED = b"too many refused frames waiting behind busy lanes; read their answers before sending more"
 _CREATED = b'"response.created"'
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
 # each turn is a request of its own, with an id of its own).
@@ -430,8 +429,8 @@ class Connection:
         turns the connection holds, and one that comes once the connection is to end. Only a turn
         taken opens a lane (and counts toward the 32). The reading never waits for a lane."""
         if isinstance(frame, FrameRefused):
-            # One naming no lane (no JSON, a bad stream_id) goes out at once: no turn is its.
-            await self._refuse(frame, on_lane=frame.lane is not None)
+            # One of no lane (no JSON, no object, a bad stream_id) goes out at once: no turn is its.
+            await self._refuse(frame, on_lane=frame.laned)
             return
         name = frame.lane
         refused = None
@@ -459,15 +458,11 @@ class Connection:
         client sending several on a lane matches the answers by their order. Else at once."""
         self.frames += 1
         lane = self.lanes.get(refused.lane) if on_lane else None
-        if lane is None or not lane.owed:
+        # Past QUEUED_REFUSALS held, one goes out at once, out of its lane's order: holding each
+        # for a lane that may be busy for minutes would hold memory without bound, and closing
+        # would cut the turns taken, one already upstream, that the client had no way to stop.
+        if lane is None or not lane.owed or self.refusals >= QUEUED_REFUSALS:
             await self._say(refused)
-            return
-        if self.refusals >= QUEUED_REFUSALS:
-            # A client that goes on sending past this many refusals reads none of them: ended,
-            # where holding each one for a lane that may be busy for minutes would hold its memory.
-            log.warning({"event": "websocket_closed", "reason": "refusals_queued", "code": 1008,
-                         "frames": self.frames})  # fmt: skip
-            await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=_REFUSALS_PILED)
             return
         self.refusals += 1
         self._owe(lane, refused)

@@ -8,6 +8,8 @@ client an error event after ``message_stop``, a Responses client a ``response.fa
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from gateway.apis.base import EventKind
@@ -54,3 +56,18 @@ def test_the_reader_skips_a_done_after_the_end_and_still_refuses_one_before_it()
     early = ResponsesStreamReader()
     assert early.kind(b"data: [DONE]\n\n", committed=False) is EventKind.ERROR
     assert early.error is not None and early.error["error"]["code"] == "malformed_event"
+
+
+async def test_a_responses_stream_ends_at_its_completed_event_not_at_the_upstreams_close(make_gateway) -> None:
+    """An upstream holding its stream open after response.completed: the client's stream ends
+    there, where it waited for the upstream's close or idle_s (3 s here)."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM, real_sleep=True,
+                            timeouts="{connect_s: 2, first_byte_s: 5.0, idle_s: 3.0}")  # fmt: skip
+    gw.fake.script(Stream(responses_stream(), then="stall"))
+    path, body = CLIENTS["responses"]
+    began = time.monotonic()
+    async with gw.session.post(gw.base + path, json=body, headers={"Authorization": "Bearer sk-client"}) as r:
+        raw = await r.read()
+    took = time.monotonic() - began
+    assert r.status == 200 and b"response.completed" in EventSplitter().feed(raw)[-1]
+    assert b"response.failed" not in raw and took < 1.0, took

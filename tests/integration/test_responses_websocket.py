@@ -917,9 +917,10 @@ async def test_a_fork_sent_once_the_response_completed_goes_on_at_once(make_gate
     assert "previous_response_id" not in sent[1] and sent[1]["input"][-1] == new[0]
 
 
-async def test_refusals_piled_behind_a_busy_lane_close_the_connection(make_gateway) -> None:
-    """Refusals on a busy lane wait for its turns; a client that sends past 64 of them, reading
-    none, is closed 1008 rather than held in memory for as long as the lane is busy."""
+async def test_refusals_past_64_held_go_out_at_once_and_the_turns_taken_are_answered(make_gateway) -> None:
+    """Refusals on a busy lane wait for its turns, 64 of them at most; past that one goes out at
+    once, out of its lane's order, where the connection was closed 1008 and the 24 turns it had
+    taken, one already upstream, were cut with no answer (the client could not know to stop)."""
     gw = await make_gateway(real_sleep=True)
     gw.fake.script(_slow("resp_a1", 1.0))
     async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
@@ -927,11 +928,13 @@ async def test_refusals_piled_behind_a_busy_lane_close_the_connection(make_gatew
         await _until(lambda: len(gw.fake.responses_requests()) == 1, "a's first turn is out")
         for _ in range(23 + 65):
             await ws.send_json({**FIRST, "stream_id": "a"})
-        events = []
-        while (msg := await ws.receive(timeout=5)).type is aiohttp.WSMsgType.TEXT:
-            events.append(json.loads(msg.data))
-    assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.POLICY_VIOLATION
-    assert not any(e["type"] == "error" for e in events)  # none sent ahead of the lane's turn
+        events = await _ends(ws, 24 + 65)
+    ends = [e["type"] for e in events if e["type"] in ("response.completed", "error")]
+    # The 65th refusal, past the 64 held, before the lane's turn under way; the 64 after its turns.
+    assert ends == ["error"] + ["response.completed"] * 24 + ["error"] * 64, ends
+    assert all(e["error"]["code"] == "websocket_queue_full" and e["stream_id"] == "a"
+               for e in events if e["type"] == "error")  # fmt: skip
+    assert len(gw.fake.responses_requests()) == 24
 
 
 async def test_a_fork_refused_as_still_streaming_is_a_request_its_key_checked(make_gateway) -> None:
@@ -959,3 +962,47 @@ async def test_a_fork_refused_as_still_streaming_is_a_request_its_key_checked(ma
                      error_type="unknown") == 1  # fmt: skip
     assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="401",
                      error_type="auth") == 1  # fmt: skip
+
+
+async def test_a_frame_refused_as_read_on_the_default_lane_waits_for_its_turn(make_gateway) -> None:
+    """A frame with no stream_id that is read as a JSON object is of the default lane: refused
+    (here ``background``), its error goes out after that lane's turn under way, as on a named
+    lane. It jumped ahead, ``lane`` being None for it as for a frame of no lane."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_a1", 1.0))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json(FIRST)
+        await _until(lambda: len(gw.fake.responses_requests()) == 1, "the default lane's turn is out")
+        await ws.send_json({**FIRST, "background": True})
+        events = await _ends(ws, 2)
+    ends = [e["type"] for e in events if e["type"] in ("response.completed", "error")]
+    assert ends == ["response.completed", "error"], ends
+    assert events[-1]["error"]["code"] == "invalid_event" and "stream_id" not in events[-1]
+
+
+async def test_the_next_turn_on_a_lane_starts_once_the_response_completed(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upstream that holds its stream open after response.completed holds the lane no more:
+    the relay ends the leg at that event (its usage is in it), where the lane's next turn waited
+    for the upstream's close or idle_s (3.01 s with idle_s 3). Its usage is still counted."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(real_sleep=True, timeouts="{connect_s: 2, first_byte_s: 5.0, idle_s: 3.0}")
+    gw.fake.script(Stream(responses_stream(rid="resp_a1"), then="stall"),
+                   Stream(responses_stream(rid="resp_a2"), then="eof"))  # fmt: skip
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json(FIRST)
+        while json.loads((await ws.receive(timeout=5)).data)["type"] != "response.completed":
+            pass
+        began = time.monotonic()
+        nxt = await _turn(ws, {**FIRST, "previous_response_id": "resp_a1", "input": new})
+        took = time.monotonic() - began
+    assert nxt[-1]["type"] == "response.completed" and nxt[-1]["response"]["id"] == "resp_a2"
+    assert took < 1.0, took
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert "previous_response_id" not in sent[1] and sent[1]["input"][-1] == new[0]
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    # The response.completed's own usage (the fake's 30 in, 9 out), not an estimate of the text.
+    assert [line["usage"] for line in lines] == [{"prompt": 30, "completion": 9}] * 2
+    assert not any("ended_by" in line or "after_end" in line for line in lines)

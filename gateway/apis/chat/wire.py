@@ -199,6 +199,7 @@ def chat_usage(usage: Any) -> dict[str, int]:
 
 class ChatStreamReader(ShownText):
     __slots__ = ("created", "error", "identity", "parsed_events", "strip_usage", "usage")
+    ends_at_final = False
 
     def __init__(self, strip_usage: bool) -> None:
         super().__init__()

@@ -266,6 +266,7 @@ class GeminiStreamReader(ShownText):
     event an upstream error, the event whose candidate has a ``finishReason`` the end."""
 
     __slots__ = ("error", "parsed_events", "signed", "usage")
+    ends_at_final = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -275,6 +275,7 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
 
 class AnthropicStreamReader(ShownText):
     __slots__ = ("error", "next_index", "open_block", "parsed_events", "signed", "stop_owed", "usage")
+    ends_at_final = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -35,7 +35,8 @@ MAX_NAMED_LANES = 32  # distinct named stream_ids a connection accepts in its li
 # queue is bounded and a frame past it refused on its lane (``queue_full``) while reading goes on.
 QUEUED_TURNS = 8
 # Refusals a connection holds back, all lanes together, to send each after the turns its lane took
-# before it (a refusal has no body; a client that goes on sending past this many is closed).
+# before it (a refusal has no body; past this many, one goes out at once, out of its lane's order:
+# closing instead would cut turns taken, one already upstream, that the client could not stop).
 QUEUED_REFUSALS = 64
 # What a connection remembers of its lanes' conversations (``Last.items``), all lanes together, in
 # ``server.max_body_bytes``: a turn chained to one more than that could not be sent anyway, and
@@ -70,6 +71,9 @@ class FrameRefused:
     message: str
     param: str | None = None
     lane: str | None = None
+    # Whether the frame is of a lane (``lane``, None the default one), so waits behind that
+    # lane's turns: ``lane`` alone cannot say, None both for the default lane and for no lane.
+    laned: bool = False
 
 
 def read_frame(text: str | bytes) -> Create | FrameRefused | None:
@@ -90,13 +94,14 @@ def read_frame(text: str | bytes) -> Create | FrameRefused | None:
         return None
     if kind != CREATE:
         return FrameRefused(400, "invalid_event", f"unsupported client event type {str(kind)[:64]!r}; "
-                       f"send {CREATE!r}", "type", lane)  # fmt: skip
+                       f"send {CREATE!r}", "type", lane, laned=True)  # fmt: skip
     if doc.get("background"):
         return FrameRefused(400, "invalid_event", "'background' is not supported over WebSocket",
-                       "background", lane)  # fmt: skip
+                       "background", lane, laned=True)  # fmt: skip
     generate = doc.get("generate", True)
     if not isinstance(generate, bool):
-        return FrameRefused(400, "invalid_event", "'generate' must be a boolean", "generate", lane)
+        return FrameRefused(400, "invalid_event", "'generate' must be a boolean", "generate", lane,
+                            laned=True)  # fmt: skip
     cache = doc.get("prompt_cache_options")
     if isinstance(cache, dict) and cache.get("prewarm") is True:
         # "When set to `true`, overrides the `generate` field to `false`" (the openai SDK 3.57's

@@ -234,6 +234,7 @@ def web_searches(output: Any) -> int:
 
 class ResponsesStreamReader:
     __slots__ = ("ended", "error", "next_seq", "parsed_events", "response", "shown", "signed", "usage")
+    ends_at_final = True  # response.completed / .incomplete: the answer and its usage, nothing after
 
     def __init__(self) -> None:
         # Told each reasoning item's ``encrypted_content`` the answer carries, when set: whose
