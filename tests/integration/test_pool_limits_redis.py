@@ -233,3 +233,106 @@ async def test_a_usage_below_the_estimate_takes_off_no_more_than_the_replica_s_o
     assert got[0]["k"] == 5_000.0
     got, _, _ = await b.store.records_sync([key], adds=[(key, {"k": -4_900}, 120.0)])
     assert got[0]["k"] == 100.0
+
+
+@pytest.mark.parametrize("then_takes", [False, True])
+async def test_a_usage_below_an_estimate_a_restore_lost_does_not_come_off_an_older_one(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, then_takes: bool,
+) -> None:
+    """A takes 3,000, B 4,000, A 3,000 more; Redis is restarted from a snapshot taken before A's
+    second take (its ``kept`` marker the same): 7,000 held, 3,000 of them A's own. The second
+    call's answer used nothing: its 3,000 came off A's older, really used share, and B's 6,000
+    then fit, 13,000 in the 10,000 minute (review). Now the credit goes only where the write that
+    counted its estimate is held: none comes off, and B's 6,000 is refused. So too after A takes
+    1,000 more once Redis is back, a write of A's that Redis holds numbered above the lost one."""
+    a, b = patient_replicas
+    await a.store.check(2.0)
+    await b.store.check(2.0)
+    ups = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: key-{k}, limits: {{tokens_per_minute: 10000}}}}\n"
+        for k in "xy") + "pools: [{name: p, deployments: [x, y]}]\n", env={}).upstreams  # fmt: skip
+    pa, pb = (PoolState(r.store, time.time, time.monotonic, cache_s=0) for r in patient_replicas)
+    await same_minute(20.0)
+    try:
+        first = await pa.take(ups[0], "m", 3000)
+        assert first is not None
+        pa.sent(ups[0], "m", 3000, first)
+        assert await pb.take(ups[0], "m", 4000) is not None
+        _command(redis_server, b"SAVE\r\n")
+        second = await pa.take(ups[0], "m", 3000)
+        assert second is not None
+        mark = pa.sent(ups[0], "m", 3000, second)
+        redis_server.stop()
+        redis_server.start()
+        if then_takes:
+            for _ in range(250):
+                if (took := await pa.take(ups[0], "m", 1000)) is not None:
+                    break
+                await asyncio.sleep(0.02)
+            assert took is not None and took.epoch is not None
+            pa.sent(ups[0], "m", 1000, took)
+        pa.used(ups[0], "m", mark, 3000, 0)
+        await pa.refresh("p", ups, "m")
+        assert await pb.take(ups[0], "m", 6000) is None
+        key = f"{pb._keys_of('x', 'm')[4]}#{pb._minute()}"
+        assert pb._records[key]["k"] == 7000 + (1000 if then_takes else 0)  # (as B's take found it)
+    finally:
+        await pa.close()
+        await pb.close()
+
+
+async def test_a_count_is_lowered_only_for_writes_redis_holds(patient_replicas: tuple[Replica, Replica]) -> None:
+    """A credit names the writes that counted its estimates (lowest, highest): lowered where
+    Redis holds A's writes up to the highest with no gap found above the lowest; not for a
+    number A never wrote there, nor for one not known (0), nor, once A's write after a lost one
+    found the gap, for any write before that."""
+    a, _ = patient_replicas
+    await a.store.check(2.0)
+    key = "u:x#2"
+    took: list[int] = []
+    assert (await a.store.records_take(key, None, 10_000, 2_000, 120.0, took))[0]
+    added: list[int] = []
+    await a.store.records_sync((), adds=[("u:y#2", {"n": 1}, 120.0), (key, {"n": 1, "k": 1_000}, 120.0)],
+                               numbers=added)  # fmt: skip
+    first, second = took[0], added[1]
+    assert added[0] == 0 and 0 < first < second  # (a count not raised: no write to give back from)
+
+    async def credit(by: int, lo: int, hi: int) -> float:
+        got, _, _ = await a.store.records_sync([key], adds=[(key, {"k": -by}, 120.0)], gives_back=[(lo, hi)])
+        return got[0]["k"]
+
+    assert await credit(100, second + 1, second + 1) == 3_000.0  # never written
+    assert await credit(100, 0, 0) == 3_000.0  # not known
+    assert await credit(100, first, second) == 2_900.0
+    # A write whose write before it Redis does not hold (lost): a gap, and older credits stop.
+    a.store._last_write[a.store._p + "d:" + key] = second + 1_000  # type: ignore[attr-defined]
+    assert (await a.store.records_take(key, None, 10_000, 500, 120.0, took))[0]
+    assert await credit(100, second, second) == 3_400.0
+    assert await credit(100, took[0], took[0]) == 3_300.0
+
+
+async def test_a_usage_below_an_estimate_a_flush_took_to_redis_lowers_the_count(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """Sent without a take (pending in the replica), the estimates go to Redis in a flush, among
+    other counts: the flush's write is the one a usage below them names, and Redis holds it, so
+    the count comes down to the usage (3,000 answered at 500: 500; the other deployment's 1,000
+    as it was)."""
+    a, _ = patient_replicas
+    await a.store.check(2.0)
+    ups = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: key-{k}, limits: {{tokens_per_minute: 10000}}}}\n"
+        for k in "xy") + "pools: [{name: p, deployments: [x, y]}]\n", env={}).upstreams  # fmt: skip
+    pa = PoolState(a.store, time.time, time.monotonic, cache_s=0)
+    await same_minute(10.0)
+    try:
+        mark = pa.sent(ups[0], "m", 3000)
+        pa.sent(ups[1], "m", 1000)
+        await pa.refresh("p", ups, "m")
+        pa.used(ups[0], "m", mark, 3000, 500)
+        await pa.refresh("p", ups, "m")
+        keys = [f"{pa._keys_of(n, 'm')[4]}#{pa._minute()}" for n in "xy"]
+        got, _, _ = await a.store.records_sync(keys)
+        assert [rec["k"] for rec in got] == [500.0, 1000.0]
+    finally:
+        await pa.close()
