@@ -236,8 +236,7 @@ return 1
 # (13,000 tokens through a 10,000 minute, review). Each write of a replica carries its number
 # (rising in the replica) and the number of its write to that record before it; ``s:<instance>``
 # keeps the highest number written, and where the one before it is not what the record holds
-# (lost, or still on its way), ``g:<instance>`` the highest number of a write that found it so
-# (a credit for a write below it is dropped: the cautious side). A
+# (lost, or still on its way), ``g:<instance>`` the number of the write that found it so. A
 # restore keeps a prefix of what Redis applied: a held write numbered above a lost one found
 # the gap (or came after and found it), so ``g`` is above the lost one's number from then on.
 # Number 0: no bookkeeping.
