@@ -245,9 +245,6 @@ class MemoryStore:
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
         homes: Sequence[tuple[str, str, float]] = (),
-        *,
-        gives_back: Sequence[tuple[int, int]] | None = None,
-        numbers: list[int] | None = None,
     ) -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
         held: list[str | None] = []
         for key, home, ttl_s in homes:
@@ -256,9 +253,6 @@ class MemoryStore:
         for key, fields, ttl_s in writes:
             self._records.put(key, {**(self._records.get(key) or {}), **fields}, ttl_s)
         for key, counts, ttl_s in adds:
-            if numbers is not None:
-                # Every write held (one process, nothing lost): any number but 0 says so.
-                numbers.append(1 if counts.get("k", 0) > 0 else 0)
             rec = dict(self._records.get(key) or {})
             for name, n in counts.items():
                 # Never below nothing: a usage's correction lowers a count that held its estimate
@@ -293,15 +287,12 @@ class MemoryStore:
         return self._stored.get(key)
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
-                           tokens: int, ttl_s: float,
-                           numbers: list[int] | None = None) -> tuple[bool, int, int]:  # fmt: skip
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
         rec = self._records.get(key) or {}
         n, k = int(rec.get("n", 0)), int(rec.get("k", 0))
         if passes(n, k, requests_per_minute, tokens_per_minute, tokens):
             return False, n, k
         self._records.put(key, {**rec, "n": n + 1, "k": k + tokens}, ttl_s)
-        if numbers is not None:
-            numbers[:] = [1]
         return True, n + 1, k + tokens
 
     async def records_least(self, key: str, tokens: float, until_ms: float,

@@ -115,13 +115,9 @@ class _Sends:
     # limits: by the minute they were sent in, which the read that takes them may not be in.
     pending: dict[int, list[int]] = field(default_factory=dict)
     flushes: int = 0  # times ``pending`` went out: a send's estimate is in it until the next
-    # Minute -> [store epoch, tokens, lowest and highest write number]: usages below estimates
-    # that left this process, to take off that minute's count while the store holds them still
-    # (the same epoch, and the writes that counted them: ``StateStore.records_sync``).
+    # Minute -> [store epoch, tokens]: usages below estimates that left this process, to take
+    # off that minute's count while the store holds them still (the same epoch).
     credit: dict[int, list[int]] = field(default_factory=dict)
-    # (``flushes`` before a flush, minute) -> (the flush's write numbers, the index of that
-    # minute's count among them): the write that took the pending estimates to the store.
-    flushed: dict[tuple[int, int], tuple[list[int], int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -163,7 +159,6 @@ class Mark:
     # the start of its ``take``; None when a take's was not known to be the store's.
     epoch: int | None = None
     flushes: int = -1  # its sends' ``flushes`` at the send (-1: taken, never pending here)
-    number: int = 0  # the store's number of the take that counted it (0: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +167,6 @@ class Taken:
     have served it from this process's memory alone (an epoch moved on during the take)."""
 
     epoch: int | None
-    number: int = 0  # the store's number of the write that counted it (0: not known)
 
 
 class PoolSent(NamedTuple):
@@ -331,11 +325,10 @@ class PoolState:
         for again in (True, False):
             epoch = self.store.epoch
             rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
-            numbers: list[int] = []
-            ok, n, k = await self.store.records_take(key, rpm, tpm, tokens, _USAGE_TTL_S, numbers)
+            ok, n, k = await self.store.records_take(key, rpm, tpm, tokens, _USAGE_TTL_S)
             _bounded(self._records)[key] = {"n": float(n), "k": float(k)}
             if ok:
-                return Taken(epoch if self.store.epoch == epoch else None, numbers[0] if numbers else 0)
+                return Taken(epoch if self.store.epoch == epoch else None)
             sends = self._sends.get((up.name, model))
             credit = sends.credit.get(minute) if sends is not None else None
             if not again or credit is None or credit[0] != epoch \
@@ -362,7 +355,7 @@ class PoolState:
         if sends.times and sends.times[0] < now_ms - _LOG_MS:
             sends.forget(now_ms, int(now_ms // 60_000))
         if isinstance(taken, Taken):
-            mark = Mark(sends.total, now_ms, taken.epoch, number=taken.number)
+            mark = Mark(sends.total, now_ms, taken.epoch)
         elif taken or up.limits is None:
             mark = Mark(sends.total, now_ms)
         else:
@@ -414,8 +407,7 @@ class PoolState:
         to be counted: still pending here, or in the store at the epoch it went there in (a read
         or a flush took it, or ``take`` counted it there, and the store has served nothing from
         memory, lost nothing, since: ``StateStore.epoch``; and there by no more than this
-        replica's own counts it still holds, only while it holds the write that counted the
-        estimate, RECORDS_ADD). Lowered where it never was (a
+        replica's own counts it still holds, RECORDS_ADD). Lowered where it never was (a
         Redis restarted empty while the answer came, or taken for down at the take), the count
         went below what the other replicas had taken: 15,000 tokens admitted in a minute of
         10,000 (review). Elsewhere the difference is lost, the count held high to the minute's
@@ -442,14 +434,12 @@ class PoolState:
                     sends.pending[minute] = [0, delta]
                 else:
                     cell[1] += delta
-            elif mark.epoch is not None and mark.epoch == self.store.epoch \
-                    and (number := _number(sends, mark, minute)):  # fmt: skip
+            elif mark.epoch is not None and mark.epoch == self.store.epoch:
                 credit = sends.credit.get(minute)
                 if credit is None or credit[0] != mark.epoch:
-                    sends.credit[minute] = [mark.epoch, delta, number, number]
+                    sends.credit[minute] = [mark.epoch, delta]
                 else:
                     credit[1] += delta
-                    credit[2], credit[3] = min(credit[2], number), max(credit[3], number)
         if self._shared:
             cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
             cell[1] += delta
@@ -709,8 +699,6 @@ class PoolState:
         self._writes.clear()
         adds: list[tuple[str, dict[str, int], float]] = []
         credits: list[tuple[str, dict[str, int], float]] = []
-        gives_back: list[tuple[int, int]] = []
-        numbers: list[int] = []  # filled by the store as it sends them (``_number``)
         back = set(reads)
         for (name, model), sends in self._sends.items():
             _, _, _, skey, nkey = self._keys_of(name, model)
@@ -728,15 +716,11 @@ class PoolState:
                         reads.append(f"{skey}#{m}")
                         back.add(f"{skey}#{m}")
                 sends.forget(self.wall() * 1000, minute)
-            if sends.flushed:
-                for done in [f for f in sends.flushed if f[1] < minute - 1]:
-                    del sends.flushed[done]
             if sends.pending:
                 for m, (n, k) in sends.pending.items():
                     if m < minute - 1:  # read by no one any more (a replica's clock a little
                         continue  # behind may still be in the last minute: it gets them)
                     usage = f"{nkey}#{m}"
-                    sends.flushed[(sends.flushes, m)] = (numbers, len(adds))
                     adds.append((usage, {"n": n, "k": k}, _USAGE_TTL_S))
                     if m == minute and usage not in back:
                         reads.append(usage)
@@ -745,20 +729,17 @@ class PoolState:
                 sends.flushes += 1
             if sends.credit:
                 epoch = self.store.epoch
-                for m, (at, k, lo, hi) in sends.credit.items():
+                for m, (at, k) in sends.credit.items():
                     # At the epoch its estimate was counted in, or not at all (``used``); after
                     # the pending counts (``adds`` in order), which the floor at 0 must not cut.
                     if at == epoch and m >= minute - 1:
                         credits.append((f"{nkey}#{m}", {"k": k}, _USAGE_TTL_S))
-                        gives_back.append((lo, hi))
                 sends.credit.clear()
-        gives_back[:0] = [(-1, -1)] * len(adds)  # (not lowering a count of estimates)
         adds += credits
         homes = [(k, home, ttl) for k, (home, ttl) in self._homes.items()]
         self._homes.clear()
         self._synced_at = self.monotonic()
-        got, recs, held = await self.store.records_sync(reads, writes, adds, circuits, homes,
-                                                        gives_back=gives_back, numbers=numbers)  # fmt: skip
+        got, recs, held = await self.store.records_sync(reads, writes, adds, circuits, homes)
         for (key, home, _), there in zip(homes, held, strict=True):
             if there is not None and there != home:
                 _bounded(self._moved)[key] = there
@@ -893,16 +874,6 @@ def _metered(need: tuple[int, int], meter: float) -> int:
 def _states_limit(room: dict[str, float] | None) -> bool:
     """Whether a reading states a limit: then it, not the configured ``limits``, decides."""
     return room is not None and bool(room.get("rl") or room.get("tl"))
-
-
-def _number(sends: _Sends, mark: Mark, minute: int) -> int:
-    """The store's number of the write that counted ``mark``'s estimate in ``minute``'s count:
-    its take, or the flush that took it there from ``pending``; 0 when not known (a credit
-    then goes nowhere: a usage below an estimate lowers only a count that holds it)."""
-    if mark.flushes < 0:
-        return mark.number
-    numbers, at = sends.flushed.get((mark.flushes, minute), ([], 0))
-    return numbers[at] if at < len(numbers) else 0
 
 
 def taken_with(n: int, k: int, credit: int, limits: DeploymentLimits, tokens: int) -> bool:

@@ -229,46 +229,19 @@ end
 return 1
 """
 
-# Which of a replica's writes to a count its Redis holds, so that a usage below an estimate
-# lowers the count only where the write that counted the estimate is held: a Redis restored
-# from a snapshot (or a replica promoted while behind) that lost a replica's latest take but
-# kept an older one let the lost estimate's difference come off the older, really used share
-# (13,000 tokens through a 10,000 minute, review). Each write of a replica carries its number
-# (rising in the replica) and the number of its write to that record before it; ``s:<instance>``
-# keeps the highest number written, and where the one before it is not what the record holds
-# (lost, or still on its way), ``g:<instance>`` the number of the write that found it so. A
-# restore keeps a prefix of what Redis applied: a held write numbered above a lost one found
-# the gap (or came after and found it), so ``g`` is above the lost one's number from then on.
-# Number 0: no bookkeeping.
-_WRITES = """
-local function wrote(key, instance, seq, prev)
-  if seq <= 0 then return end
-  local s = tonumber(redis.call('HGET', key, 's:' .. instance) or '0')
-  if s ~= prev then
-    local g = tonumber(redis.call('HGET', key, 'g:' .. instance) or '0')
-    redis.call('HSET', key, 'g:' .. instance, math.max(g, seq))
-  end
-  redis.call('HSET', key, 's:' .. instance, math.max(s, seq))
-end
-"""
-
 # A pool deployment's configured limits, taken atomically at its pick: the request counts only
 # if this window's requests and tokens stay within them (as LEDGER_ADMIT counts a key's), so
 # replicas that pick it at the same moment cannot each spend what the other sees as left.
 # KEYS: the window's record, the call's own marker. ARGV: rpm, tpm (0: no such limit), tokens,
-# ttl_ms, the marker's TTL in ms, the replica's instance id, the call's write number and the
-# number of the replica's write to this record before it. A call sent again after its answer
+# ttl_ms, the marker's TTL in ms, the replica's instance id. A call sent again after its answer
 # was lost counts nothing more: it is answered taken, with the window as it is. The tokens also
 # go to the replica's own share of the count (``k:<instance>``), which caps what its usages below
-# their estimates may take off it later (RECORDS_ADD); then the call's write number and the
-# number of the replica's write to this record before it (``_WRITES``), counted or refused.
+# their estimates may take off it later (RECORDS_ADD).
 RECORDS_TAKE = """
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
 local k = tonumber(redis.call('HGET', KEYS[1], 'k') or '0')
 if redis.call('EXISTS', KEYS[2]) == 1 then return {1, n, k} end
-""" + _WRITES + """
-wrote(KEYS[1], ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))
 if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k} end
 n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 k = redis.call('HINCRBY', KEYS[1], 'k', tokens)
@@ -299,10 +272,8 @@ return {kept, ends}
 # Counts added to records (a pool's sends, seen by every replica), once however often the call
 # is sent (its answer lost, sent again). KEYS: the call's own marker, the store's ``kept``
 # marker, then the records. ARGV: the marker's TTL in ms, the ``kept`` marker this replica
-# knows, the replica's instance id, then for each record its TTL in ms, how many fields, its
-# write number and the number of the replica's write to it before (``_WRITES``; 0: none), the
-# lowest and highest write numbers of the estimates a lowered ``k`` gives back from (-1: not
-# checked), and each field with its count.
+# knows, the replica's instance id, then for each record its TTL in ms, how many fields, and
+# each field with its count.
 # A count is lowered (a usage below its call's estimate) only while Redis still holds the
 # ``kept`` marker the replica knows: a Redis restarted or flushed since never held the
 # estimate, and lowered there it went below what the other replicas had taken (15,000 tokens
@@ -310,33 +281,19 @@ return {kept, ends}
 # estimates still hold of it (``k:<instance>``, raised with each of its adds and takes): a Redis
 # restarted from a snapshot, or a replica promoted while behind, keeps the ``kept`` marker but
 # lost the latest writes, the estimate among them, and the credit taken from the other
-# replicas' share let 12,100 tokens through a 10,000 minute. And only where the writes that
-# counted those estimates are held (``_WRITES``): Redis's highest write number of the replica at
-# or above the highest of them, and no gap found above the lowest. Never below nothing either.
+# replicas' share let 12,100 tokens through a 10,000 minute. Never below nothing either.
 RECORDS_ADD = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 0 end
 local kept = ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2]
 local own = 'k:' .. ARGV[3]
-""" + _WRITES + """
-local function holds(key, lo, hi)
-  if lo < 0 then return true end
-  if lo == 0 then return false end
-  local s = tonumber(redis.call('HGET', key, 's:' .. ARGV[3]) or '0')
-  local g = tonumber(redis.call('HGET', key, 'g:' .. ARGV[3]) or '0')
-  return s >= hi and g <= lo
-end
 local at = 4
 for i = 3, #KEYS do
   local ttl, fields = ARGV[at], tonumber(ARGV[at + 1])
-  local seq, prev = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local lo, hi = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
-  at = at + 6
-  local ok = kept and holds(KEYS[i], lo, hi)
-  wrote(KEYS[i], ARGV[3], seq, prev)
+  at = at + 2
   for _ = 1, fields do
     local name, by = ARGV[at], tonumber(ARGV[at + 1])
     if name == 'k' and by < 0 then
-      by = ok and -math.min(-by, tonumber(redis.call('HGET', KEYS[i], own) or '0')) or 0
+      by = kept and -math.min(-by, tonumber(redis.call('HGET', KEYS[i], own) or '0')) or 0
       if by < 0 then redis.call('HINCRBY', KEYS[i], own, by) end
     elseif name == 'k' and by > 0 then
       redis.call('HINCRBY', KEYS[i], own, by)

@@ -83,10 +83,6 @@ _STORED_BATCH = 1_000
 # answer lost with its connection, within the operation's wait (``_slow_s``), and Redis runs
 # both within that; the marker outlives it by far, ~100 bytes each.
 _OP_MARKER_MIN_S = 30.0
-_BOOKKEEPING = (b"k:", b"s:", b"g:")
-# Pool counts whose last write by this replica is remembered (``RedisStore._write``): a few per
-# deployment and model (one a minute).
-_LAST_WRITES = 4096
 # Budgets' spend written back to a Redis that lost it, this many to a script call.
 _FLOOR_BATCH = 500
 # How often a replica reads ``{prefix}kept`` while Redis answers (one GET, off the request path):
@@ -213,10 +209,6 @@ class RedisStore:
         self._batch_ids = itertools.count()
         self._instance = os.urandom(6).hex()
         self._op_ids = itertools.count()
-        # Numbers of this replica's writes to pool counts (``redis_scripts._WRITES``): the last
-        # one sent to each record, which the next one there names as the one before it.
-        self._write_ids = itertools.count(1)
-        self._last_write: dict[str, int] = {}
         self._op_marker_ms = _ms(max(_OP_MARKER_MIN_S, 4 * self._slow_s))
         self._resender: asyncio.Task[None] | None = None
         self._answers = prefix + "a:"
@@ -600,19 +592,6 @@ class RedisStore:
         else:
             log.warning(line | {"retry_every_s": self._recover_s})
 
-    def _write(self, key: str) -> tuple[int, int]:
-        """A number for this replica's next write to the count ``key``, and its write there
-        before (-1 when none is known: the script finds a gap there, which costs a record new
-        to this replica nothing, and a forgotten one only its older estimates' differences)."""
-        seq = next(self._write_ids)
-        last = self._last_write
-        prev = last.pop(key, -1)
-        if len(last) >= _LAST_WRITES:
-            for old in list(last)[: _LAST_WRITES // 2]:
-                del last[old]
-        last[key] = seq
-        return seq, prev
-
     def _op_marker(self, base: str | None = None) -> str:
         """A key naming one counting call, which its script sets as it counts, for as long as
         the call may be sent again (``_guard``): the second run finds it and counts nothing."""
@@ -745,9 +724,6 @@ class RedisStore:
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
         homes: Sequence[tuple[str, str, float]] = (),
-        *,
-        gives_back: Sequence[tuple[int, int]] | None = None,
-        numbers: list[int] | None = None,
     ) -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
         # Mirrored locally, so a replica that loses Redis still knows what it saw itself (but
         # the homes kept: the pool's own table holds those).
@@ -760,14 +736,9 @@ class RedisStore:
         # With the ``kept`` marker this replica knows: a count is lowered only in that Redis.
         kept = self._kept.decode() if self._kept is not None else ""
         add_args: list[str | int] = [self._op_marker_ms, kept, self._instance]
-        for i, (key, counts, ttl_s) in enumerate(adds):
+        for key, counts, ttl_s in adds:
             add_keys.append(p + key)
-            # A count raised is a write a usage below its estimate may give back from later.
-            seq, prev = self._write(p + key) if counts.get("k", 0) > 0 else (0, 0)
-            if numbers is not None:
-                numbers.append(seq)
-            lo, hi = gives_back[i] if gives_back is not None else (-1, -1)
-            add_args += [_ms(ttl_s), len(counts), seq, prev, lo, hi]
+            add_args += [_ms(ttl_s), len(counts)]
             for name, n in counts.items():
                 add_args += [name, n]
 
@@ -794,9 +765,8 @@ class RedisStore:
             read = got[len(got) - len(reads) - len(circuits) : len(got) - len(circuits)]
             held = [raw.decode() if isinstance(raw, bytes) else None for raw in got[2 : 3 * len(homes) : 3]]
             # Less each replica's own share of a usage count (``k:<instance>``, RECORDS_ADD's
-            # cap) and its writes' numbers (``s:``, ``g:``): Redis's bookkeeping, not a count
-            # any reader sums.
-            counts = [{k.decode(): float(v) for k, v in raw.items() if k[:2] not in _BOOKKEEPING}
+            # cap): Redis's bookkeeping, not a count any reader sums.
+            counts = [{k.decode(): float(v) for k, v in raw.items() if not k.startswith(b"k:")}
                       for raw in read]  # fmt: skip
             return counts, [_record(raw) for raw in got[len(got) - len(circuits) :]], held
 
@@ -911,17 +881,13 @@ class RedisStore:
         return await self._guard("stored_get", remote, lambda: _value(None))
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
-                           tokens: int, ttl_s: float,
-                           numbers: list[int] | None = None) -> tuple[bool, int, int]:  # fmt: skip
-        seq, prev = self._write(self._p + "d:" + key)
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
         args: list[str | int] = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s),
-                                 self._op_marker_ms, self._instance, seq, prev]
+                                 self._op_marker_ms, self._instance]
         keys = [self._p + "d:" + key, self._op_marker()]
 
         async def remote() -> tuple[bool, int, int]:
             ok, n, k = await self._takes(keys, args)
-            if numbers is not None:
-                numbers[:] = [seq]
             # Every replica's count, mirrored: a replica that loses Redis counts on from it, not
             # from its own sends alone (which let it spend the whole limit once more).
             await self.local.records_sync((), [(key, {"n": float(n), "k": float(k)}, ttl_s)])

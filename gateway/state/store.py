@@ -107,9 +107,6 @@ class StateStore(Protocol):
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
         homes: Sequence[tuple[str, str, float]] = (),
-        *,
-        gives_back: Sequence[tuple[int, int]] | None = None,
-        numbers: list[int] | None = None,
     ) -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
         """In one round trip: merge each write's fields into its record (with its TTL in
         seconds), add each ``adds`` increment into its record's counters (atomically, with its
@@ -117,10 +114,7 @@ class StateStore(Protocol):
         deployment only if it is gone), then read ``reads`` (an empty dict for an absent
         record) and the ``circuits`` (as ``circuit_get``: a pool's deployments' circuits come
         with its records); and the home each of ``homes`` has in the store then (None: not
-        known, the store did not answer). ``numbers`` gets each add's write number (0: none; one
-        raising a ``k``), and an add lowering a ``k`` does so only where the store holds the
-        writes numbered ``gives_back`` (lowest, highest; 0: not known, never lowered; None:
-        not checked) that counted the estimates it gives back from."""
+        known, the store did not answer)."""
         ...
 
     async def home_claim(self, key: str, proposed: str, members: Sequence[str],
@@ -146,13 +140,11 @@ class StateStore(Protocol):
         ...
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
-                           tokens: int, ttl_s: float,
-                           numbers: list[int] | None = None) -> tuple[bool, int, int]:  # fmt: skip
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
         """Atomically: count one request and ``tokens`` into the record's ``n`` and ``k`` unless
         that would pass a limit (``k`` past ``tokens_per_minute`` only once something was
         counted: a request larger than the whole limit still gets a window of its own); then
-        (whether it was counted, ``n``, ``k``), and in ``numbers`` the write number that
-        counted it (none when the store served it from memory alone)."""
+        (whether it was counted, ``n``, ``k``)."""
         ...
 
     async def records_least(self, key: str, tokens: float, until_ms: float,

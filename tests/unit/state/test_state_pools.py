@@ -157,9 +157,9 @@ async def test_with_a_secret_the_store_holds_no_plain_digest_of_a_key() -> None:
     written: dict[str, Any] = {}
     sync = store.records_sync
 
-    async def recording(reads: Any, writes: Any = (), *rest: Any, **kw: Any) -> Any:
+    async def recording(reads: Any, writes: Any = (), *rest: Any) -> Any:
         written.update((k, fields) for k, fields, _ in writes)
-        return await sync(reads, writes, *rest, **kw)
+        return await sync(reads, writes, *rest)
 
     store.records_sync = recording  # type: ignore[method-assign]
     ups = members()
@@ -1023,20 +1023,3 @@ async def test_a_take_refused_for_a_credit_not_yet_sent_sends_it_and_asks_once_m
     assert rec["k"] == count
     now_ms = clock.now * 1000
     assert a.view(0, ups[0], MODEL, now_ms).serves_at(now_ms) is taken  # refused: sits out
-
-
-def test_a_credit_names_the_write_that_counted_its_estimate() -> None:
-    """A take's own number; a pending estimate's, that of the flush that took it (its minute's
-    count among the flush's writes, once the store has numbered them); else 0 (not known: the
-    credit goes nowhere)."""
-    sends = pools._Sends()
-    assert pools._number(sends, pools.Mark(0, 0.0, 1, number=7), 5) == 7
-    assert pools._number(sends, pools.Mark(0, 0.0, 1), 5) == 0
-    numbers: list[int] = []
-    sends.flushed[(3, 5)] = (numbers, 1)
-    flushed = pools.Mark(0, 0.0, 1, flushes=3)
-    assert pools._number(sends, flushed, 5) == 0  # (the flush not yet numbered)
-    numbers += [11, 12]
-    assert pools._number(sends, flushed, 5) == 12
-    assert pools._number(sends, flushed, 6) == 0
-    assert pools._number(sends, pools.Mark(0, 0.0, 1, flushes=2), 5) == 0
