@@ -208,30 +208,44 @@ class ChatToMessagesStream:
     def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            # Membership first: most deltas carry only content, and a look-up costs more.
-            if "reasoning_content" in delta or "reasoning" in delta:
-                reasoning = reasoning_of(delta)
-                if reasoning:
-                    self._text("thinking", reasoning, out)
             content = delta.get("content")
-            if isinstance(content, str) and content:
-                if self.wrapped:
-                    self.structured.append(content)
-                else:
-                    self._text("text", content, out)
-            refusal = delta.get("refusal")
-            if isinstance(refusal, str) and refusal:
-                self.refused = True
-                self._text("text", refusal, out)
-            calls = delta.get("tool_calls")
-            if isinstance(calls, list):
-                for position, call in enumerate(calls):
-                    if isinstance(call, dict):
-                        self._call(call, position, out)
+            if len(delta) == 1 and isinstance(content, str):
+                # A token's delta is its text alone (OpenAI, vLLM, llama.cpp after the first
+                # chunk): no reasoning, refusal or call to look for (~25 bytecodes an event of
+                # the ~220 this translation runs per token, issue #38).
+                if content:
+                    if self.wrapped:
+                        self.structured.append(content)
+                    else:
+                        self._text("text", content, out)
+            else:
+                self._delta(delta, content, out)
         finish = choice.get("finish_reason")
         if finish:
             self.finish = finish
             self.matched = matched_stop(choice, self.ctx.request) if "stop_reason" in choice else None
+
+    def _delta(self, delta: dict[str, Any], content: Any, out: list[bytes]) -> None:
+        """A delta of another shape than a token's text alone: reasoning, a refusal, calls."""
+        # Membership first: most deltas carry only content, and a look-up costs more.
+        if "reasoning_content" in delta or "reasoning" in delta:
+            reasoning = reasoning_of(delta)
+            if reasoning:
+                self._text("thinking", reasoning, out)
+        if isinstance(content, str) and content:
+            if self.wrapped:
+                self.structured.append(content)
+            else:
+                self._text("text", content, out)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self.refused = True
+            self._text("text", refusal, out)
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for position, call in enumerate(calls):
+                if isinstance(call, dict):
+                    self._call(call, position, out)
 
     def _call(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
         key = self.slots.slot(call, position)
