@@ -1,4 +1,4 @@
-"""`python -m bench.instructions [REQUESTS]`: what a request costs, counted rather than timed.
+"""`python -m bench.instructions [REQUESTS] [CASE ...]`: what a request costs, counted rather than timed.
 
 CPU time per request moves by 5-15 % between runs on a shared host, more than most single
 changes to the request path save. The number of machine instructions a request executes does
@@ -16,7 +16,8 @@ count is dumped: instructions per request. Cases:
 - the minimal aiohttp proxy and the gateway, a one-line chat request, buffered and streamed
   (the per-core ratio of issue #38, as instructions);
 - a Messages client on a chat-only upstream, the same request as ``bench.public`` sends
-  (the translated ratio);
+  (the translated ratio), and a chat client on a Messages-only upstream;
+- CASE: words of the case names (``"stream"``, ``"Messages"``): only the cases named so;
 - with PROFILE_BASELINE (another checkout, e.g. ``git archive main | tar -x -C DIR``), the
   same gateway cases of that tree beside this one's: a change's before and after, exact.
 
@@ -63,6 +64,9 @@ CASES = [
     Case("gateway, chat stream", "/v1/chat/completions", load.STREAM_BODY, _CHAT_KEY),
     Case("gateway, Messages → chat buffered", "/v1/messages", MESSAGES_BODY, _MESSAGES_KEY, "apis: [chat], "),
     Case("gateway, Messages → chat stream", "/v1/messages", MESSAGES_STREAM_BODY, _MESSAGES_KEY, "apis: [chat], "),
+    # A chat client (opencode, Codex's chat mode) on an Anthropic Messages upstream.
+    Case("gateway, chat → Messages buffered", "/v1/chat/completions", load.BODY, _CHAT_KEY, "apis: [messages], "),
+    Case("gateway, chat → Messages stream", "/v1/chat/completions", load.STREAM_BODY, _CHAT_KEY, "apis: [messages], "),
 ]
 
 
@@ -133,7 +137,9 @@ def count(case: Case, tree: Path, upstream: str, tmp: Path, n: int) -> float:
 def main() -> None:
     if shutil.which("valgrind") is None:
         raise SystemExit("bench.instructions needs valgrind (apt-get install valgrind)")
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    args = sys.argv[1:]
+    n = int(args.pop(0)) if args and args[0].isdigit() else 1000
+    cases = [c for c in CASES if not args or any(word in c.name for word in args)]
     baseline = os.environ.get("PROFILE_BASELINE")
     trees = [("this tree", ROOT)] + ([("baseline", Path(baseline))] if baseline else [])
     up_port = free_port()
@@ -143,7 +149,7 @@ def main() -> None:
     try:
         wait_port(up_port, "/v1/models")
         with tempfile.TemporaryDirectory() as d:
-            for case in CASES:
+            for case in cases:
                 for label, tree in trees:
                     if case.minimal and label == "baseline":
                         continue  # the minimal proxy is the same code in both
@@ -162,6 +168,8 @@ def report(results: dict[tuple[str, str], float], labels: list[str], n: int) -> 
     lines += [head, "|" + " --- |" * (len(labels) + 1 + (len(labels) > 1))]
     for case in CASES:
         row = [results.get((case.name, label)) for label in labels]
+        if all(v is None for v in row):
+            continue  # not asked for this run
         cells = [f"{v:,.0f}" if v is not None else "" for v in row]
         change = ""
         if len(row) > 1 and row[0] is not None and row[1] is not None:
