@@ -1402,7 +1402,24 @@ class BudgetConfig(_Model):
         except (ValueError, zoneinfo.ZoneInfoNotFoundError):
             raise ValueError(f"'{v[:64]}' is not an IANA time zone name: give one such as "
                              "America/Los_Angeles, Europe/Berlin or UTC") from None
+        place = _ABBREVIATED_ZONES.get(v)
+        if place is not None:
+            # tzdata keeps these abbreviations for old systems, each a fixed offset all year (its
+            # "backward" file links them to America/Panama and America/Phoenix): "EST" read as
+            # New York's zone began a summer day at 01:00 there, an hour late, as a fixed "-05:00"
+            # would, while "PST" was refused (review).
+            raise ValueError(f"'{v}' is a fixed offset, the same all year (no daylight saving): give the "
+                             f"place's zone, such as {place}")
         return v
+
+
+# tzdata's US abbreviations that are zones of a fixed offset, whose places mostly keep daylight
+# saving (EST5EDT and the like follow it, and stay allowed; HST is Honolulu's own, which keeps
+# none): where each is meant, and where its fixed offset is the place's own.
+_ABBREVIATED_ZONES = {
+    "EST": "America/New_York (America/Panama for UTC-5 all year)",
+    "MST": "America/Denver (America/Phoenix for UTC-7 all year)",
+}
 
 
 class ClientKeyConfig(_Model):

@@ -145,3 +145,19 @@ async def test_a_zone_changed_mid_period_never_reads_another_zones_period_as_its
     r = await accounts.admit(la, "m", 1, 1)
     assert isinstance(r, Reservation), r
     assert (await accounts.state_of(la))["budget"]["spent_usd"] == 0.0
+
+
+@pytest.mark.parametrize(("given", "meant"), [("EST", "America/New_York"), ("MST", "America/Denver")])
+def test_a_us_abbreviation_that_tzdata_keeps_as_a_fixed_offset_is_refused_at_load(given: str, meant: str) -> None:
+    # "EST" is a zone to tzdata, UTC-5 all year: a team in New York that wrote it had its summer
+    # days begin at 01:00 there, as a fixed "-05:00" would (refused above), while "PST" is refused.
+    with pytest.raises(ConfigError) as e:
+        parse_config(UP + f"keys: [{{name: a, key: gk-a, budget: {{usd: 5, timezone: {given}}}}}]\n", env={})
+    assert "keys.0.budget.timezone" in str(e.value) or "keys[0].budget.timezone" in str(e.value)
+    assert f"'{given}' is a fixed offset" in str(e.value) and meant in str(e.value)
+
+
+@pytest.mark.parametrize("given", ["EST5EDT", "HST", "America/Phoenix"])
+def test_a_zone_whose_rules_are_its_places_own_is_taken(given: str) -> None:
+    cfg = parse_config(UP + f"keys: [{{name: a, key: gk-a, budget: {{usd: 5, timezone: {given}}}}}]\n", env={})
+    assert cfg.keys[0].budget is not None and cfg.keys[0].budget.timezone == given
