@@ -1,4 +1,5 @@
 import json
+import random
 
 import pytest
 
@@ -207,3 +208,50 @@ def test_a_chat_stream_ends_where_a_finish_reason_or_done_says_so_not_where_its_
     assert reader.kind(chunk({}, "stop"), committed=committed) is EventKind.FINAL
     assert reader.kind(chunk({}, "tool_calls", spaced=True), committed=committed) is EventKind.FINAL
     assert reader.kind(b"data: [DONE]\n\n", committed=committed) is EventKind.FINAL
+
+
+def _walked(raw: bytes) -> tuple[str | None, str | None]:
+    """The SSE grammar's walk, line by line (WHATWG HTML, "Interpreting an event stream"):
+    what ``parse_event``'s shortcut for the usual shapes must agree with."""
+    lines = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    name, data = None, []
+    for line in lines:
+        if not line or line.startswith(b":"):
+            continue
+        field, _, value = line.partition(b":")
+        value = value[1:] if value.startswith(b" ") else value
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    return name, b"\n".join(data).decode("utf-8", "replace") if data else None
+
+
+@pytest.mark.parametrize("raw", [
+    b'event: content_block_delta\ndata: {"type":"content_block_delta"}\n\n',  # Anthropic's shape
+    b'data: {"choices":[]}\n\n',  # chat's
+    b"data: [DONE]\n\n",
+    b"event: a:b\ndata:  two spaces\n\n",  # a colon in the name, a space kept in the data
+    b"event:x\ndata:y\n\n",  # no space after the colons: the walk's
+    b"event: x\ndata: y\n",  # no blank line (a stream's last bytes)
+    b"data: a\ndata: b\n\n",  # two data lines
+    b": keep-alive\n\n",
+    b"event: x\n\n",
+    b"id: 7\ndata: y\n\n",
+    b"event: e\xff\ndata: \xfe\n\n",  # bytes that are no UTF-8
+    b"event: x\r\ndata: y\r\n\r\n",
+])  # fmt: skip
+def test_the_usual_shapes_read_as_the_walk_reads_them(raw: bytes) -> None:
+    event = parse_event(raw)
+    assert (event.name, event.data) == _walked(raw)
+    assert event.raw is raw
+
+
+def test_any_arrangement_of_the_grammars_pieces_reads_as_the_walk_reads_it() -> None:
+    pieces = [b"event: ", b"event:", b"data: ", b"data:", b":", b" ", b"x", b"{}", b"\n", b"\r", b"\xff",
+              b"id: 1", b"[DONE]", b""]  # fmt: skip
+    draw = random.Random(38)
+    for _ in range(20_000):
+        raw = b"".join(draw.choice(pieces) for _ in range(draw.randint(0, 7))) + draw.choice([b"", b"\n\n"])
+        event = parse_event(raw)
+        assert (event.name, event.data) == _walked(raw), raw
