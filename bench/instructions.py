@@ -64,6 +64,9 @@ CASES = [
     Case("gateway, chat stream", "/v1/chat/completions", load.STREAM_BODY, _CHAT_KEY),
     Case("gateway, Messages → chat buffered", "/v1/messages", MESSAGES_BODY, _MESSAGES_KEY, "apis: [chat], "),
     Case("gateway, Messages → chat stream", "/v1/messages", MESSAGES_STREAM_BODY, _MESSAGES_KEY, "apis: [chat], "),
+    # Claude Code's own path: a Messages client on a Messages upstream.
+    Case("gateway, Messages native buffered", "/v1/messages", MESSAGES_BODY, _MESSAGES_KEY, "apis: [messages], "),
+    Case("gateway, Messages native stream", "/v1/messages", MESSAGES_STREAM_BODY, _MESSAGES_KEY, "apis: [messages], "),
     # A chat client (opencode, Codex's chat mode) on an Anthropic Messages upstream.
     Case("gateway, chat → Messages buffered", "/v1/chat/completions", load.BODY, _CHAT_KEY, "apis: [messages], "),
     Case("gateway, chat → Messages stream", "/v1/chat/completions", load.STREAM_BODY, _CHAT_KEY, "apis: [messages], "),
