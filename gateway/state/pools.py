@@ -205,10 +205,16 @@ class PoolState:
     # Headroom key -> ((read generation, reading's t0), the other replicas' sends after it).
     _others: dict[str, tuple[tuple[int, float], tuple[float, float]]] = field(default_factory=dict)
     _generation: int = 0  # counts the store reads: the other replicas' sends change only then
-    # (deployment, model) -> (epoch ms, the limits it was taken against): its shared count was
-    # found used up until then (a take). Only while the deployment's limits are still those: a
-    # reload that changed them (raised in the same minute) applies at once.
-    _used_up: dict[tuple[str, str | None], tuple[int, DeploymentLimits]] = field(default_factory=dict)
+    # (deployment, model) -> (epoch ms, the limits it was taken against, the read generation and
+    # store epoch it holds for): its shared count was found used up until then (a take). Only
+    # while the deployment's limits are still those: a reload that changed them (raised in the
+    # same minute) applies at once. A count of requests only grows in its minute: held to the
+    # minute's end (None). One of tokens comes down as the answers in flight put their usages in
+    # place of their estimates: held until the next read of the records, which decides then,
+    # unless the store lost what it held or served from memory since (``StateStore.epoch``): a
+    # count read from a Redis restarted empty is not the minute's, and the minute's end holds.
+    _used_up: dict[tuple[str, str | None], tuple[int, DeploymentLimits, tuple[int, int] | None]] = \
+        field(default_factory=dict)  # fmt: skip
     _synced_at: float = -math.inf  # monotonic: the last round trip that took this process's sends
     _homes: dict[str, tuple[str, float]] = field(default_factory=dict)  # conversations' homes to keep
     # Conversations whose home a keep found another in the store than this process's copy (another
@@ -338,7 +344,15 @@ class PoolState:
             # FLUSH_S): sent now, and asked once more. Else the deployment sat out the rest of
             # the minute with room left (162 refusals at 8,800 of 10,000 tokens, review).
             await self._sync([], minute)
-        _bounded(self._used_up)[(up.name, unscoped(model))] = ((minute + 1) * 60_000, limits)
+        # Refused for its tokens alone, the count was full of estimates still in flight (here or
+        # on other replicas), which their answers bring down to their usages within seconds: the
+        # deployment sits out until the next read of the records, not the minute. Held to the
+        # minute's end, a burst of 60 requests estimated at 200 tokens over three deployments of
+        # 2,000 a minute, answered at 19 each, left the pool answering 429 without a call for the
+        # rest of the minute at 10 % of its tokens used (review).
+        by_requests = rpm is not None and n + 1 > rpm
+        held = None if by_requests else (self._generation, self.store.epoch)
+        _bounded(self._used_up)[(up.name, unscoped(model))] = ((minute + 1) * 60_000, limits, held)
         return None
 
     # -- what every answer tells ---------------------------------------------------------------
@@ -622,8 +636,9 @@ class PoolState:
                                                 ends, now_ms, out_until, why, need[0])  # fmt: skip
                 tokens_left = _scarcer(tokens_left, counted)
         if self._used_up:
-            used_up, found_against = self._used_up.get((up.name, unscoped(model)), (0, None))
-            if used_up > max(now_ms, out_until) and found_against == up.limits:
+            used_up, found_against, held = self._used_up.get((up.name, unscoped(model)), (0, None, None))
+            if used_up > max(now_ms, out_until) and found_against == up.limits and (
+                    held is None or held[0] == self._generation or held[1] != self.store.epoch):
                 out_until, why = used_up, SitOut.HEADROOM
         name = up.name
         return Deployment(index, name, up.weight, self.in_flight.get(name, 0), self.latency_s.get(name),

@@ -277,3 +277,83 @@ async def test_answers_below_their_estimates_under_load_leave_the_count_at_what_
     finally:
         for pool in pools:
             await pool.close()
+
+
+async def test_a_token_count_full_of_estimates_in_flight_serves_again_once_they_are_answered(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """A's two calls of 4,000 estimated tokens are in flight on a deployment of 10,000 a minute;
+    B takes 2,000 and is refused a third 4,000: the count is full of estimates. The calls are
+    answered at 100 tokens each, and B's next read finds 2,200 counted: B serves there again.
+    Held out for the rest of the minute, a burst of 60 requests over three deployments of 2,000
+    tokens left the pool answering 429 without a call for 55 s at 10 % of its tokens used
+    (review). A count of requests only grows: refused for it, the deployment sits out the minute."""
+    a, b = patient_replicas
+    await a.store.check(2.0)
+    await b.store.check(2.0)
+    ups = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: key-{k}, limits: {{tokens_per_minute: 10000}}}}\n"
+        for k in "xy") + "  - {name: r, base_url: 'http://127.0.0.1:9/v1', api_key: key-r, limits: "
+                         "{requests_per_minute: 1}}\npools: [{name: p, deployments: [x, y, r]}]\n",
+        env={}).upstreams  # fmt: skip
+    x, r = ups[0], ups[2]
+    pa, pb = (PoolState(rep.store, time.time, time.monotonic, cache_s=0) for rep in patient_replicas)
+    await same_minute(20.0)
+    try:
+        marks = []
+        for _ in range(2):
+            took = await pa.take(x, "m", 4000)
+            assert took is not None
+            marks.append(pa.sent(x, "m", 4000, took))
+        assert await pb.take(x, "m", 2000) is not None
+        assert await pb.take(x, "m", 4000) is None
+        now_ms = time.time() * 1000
+        assert not pb.view(0, x, "m", now_ms, (4000, 0)).serves_at(now_ms)
+        for mark in marks:
+            pa.used(x, "m", mark, 4000, 100)
+        await pa.refresh("p", ups, "m")  # A's answers' differences go to Redis
+        await pb.refresh("p", ups, "m")
+        now_ms = time.time() * 1000
+        assert pb.view(0, x, "m", now_ms, (4000, 0)).serves_at(now_ms)
+        assert await pb.take(x, "m", 4000) is not None
+        # Requests: one a minute, taken; the next refused and held so after any read.
+        assert await pb.take(r, "m", 10) is not None
+        assert await pb.take(r, "m", 10) is None
+        await pb.refresh("p", ups, "m")
+        now_ms = time.time() * 1000
+        assert not pb.view(2, r, "m", now_ms, (10, 0)).serves_at(now_ms)
+    finally:
+        await pa.close()
+        await pb.close()
+
+
+async def test_a_token_count_refused_before_redis_restarted_empty_holds_to_the_minute_s_end(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """Refused for its tokens, then Redis restarted empty: the count read since is not the
+    minute's (the takes before the restart are lost with it), so the refusal holds to the
+    minute's end as it did before a read could end it."""
+    b = patient_replicas[1]
+    await b.store.check(2.0)
+    ups = parse_config("upstreams:\n  - {name: x, base_url: 'http://127.0.0.1:9/v1', api_key: key-x, "
+                       "limits: {tokens_per_minute: 10000}}\npools: [{name: p, deployments: [x]}]\n",
+                       env={}).upstreams  # fmt: skip
+    pb = PoolState(b.store, time.time, time.monotonic, cache_s=0)
+    await same_minute(20.0)
+    try:
+        assert await pb.take(ups[0], "m", 8000) is not None
+        assert await pb.take(ups[0], "m", 4000) is None
+        epoch = b.store.epoch
+        redis_server.stop()
+        redis_server.start()
+        for _ in range(100):  # the reconnection finds the ``kept`` marker gone
+            await pb.refresh("p", ups, "m")
+            if b.store.epoch != epoch and b.store.healthy:
+                break
+            await asyncio.sleep(0.05)
+        await pb.refresh("p", ups, "m")
+        assert b.store.epoch != epoch
+        now_ms = time.time() * 1000
+        assert not pb.view(0, ups[0], "m", now_ms, (4000, 0)).serves_at(now_ms)
+    finally:
+        await pb.close()
