@@ -253,7 +253,16 @@ And on the rest of the request:
   https://platform.claude.com/docs/build-with-claude/thinking-tool-workflows: "a tool-use loop is
   one assistant turn, so change the configuration only between turns"); not for a turn the fake
   answered without thinking to a request that asked for it: its default answers think not at all,
-  and Claude Code, which asks for thinking, replays those as they came;
+  and Claude Code, which asks for thinking, replays those as they came. A request without any
+  ``thinking`` asks for it on the models that think unasked (Opus and Sonnet 5 and later, Fable
+  and Mythos 5 and later: ``THINKS_UNASKED``): "on Claude Opus 5, the same requests run with
+  adaptive thinking" (https://platform.claude.com/docs/en/models/opus-5/migration-guide; "thinking:
+  {"type": "adaptive"} remains valid and equivalent to the default",
+  https://github.com/aws-samples/anthropic-on-aws/pull/261; "With Opus 5, omitting `thinking`
+  still runs adaptive thinking", https://github.com/promptfoo/promptfoo/pull/10210; Sonnet 5:
+  "adaptive thinking is on by default", its migration guide; the 5.5 models, Fable and Mythos
+  think on every request), so the rule holds there too, but for a forced ``tool_choice``, which
+  those of them that take one take without thinking;
 - a thinking block sent back must carry the signature it was issued with (the thinking guide,
   "Preserving thinking blocks": blocks come back complete and unmodified):
   "messages.N.content.M.thinking.signature: Field required" without one, and "messages.N.content.M:
@@ -404,6 +413,8 @@ BINDING_BETA = "thinking-binding-controls-2026-08-01"
 # From which version on a line thinks on every request, refusing a forced tool_choice and thinking
 # turned off (``_always_thinks``).
 FORCING_REFUSED = {"fable": (5, 1), "mythos": (5, 1), "opus": (5, 5), "sonnet": (5, 5)}
+# From which version on a line thinks on a request that sends no ``thinking`` (``_thinking``).
+THINKS_UNASKED = {"fable": (5, 0), "mythos": (5, 0), "opus": (5, 0), "sonnet": (5, 0)}
 # From which version on a line refuses thinking turned off: Fable and Mythos 5 already ("Both
 # thinking: {type: "disabled"} and manual extended thinking [...] return a 400 error", the Fable 5
 # migration guide), though they take a forced tool.
@@ -806,6 +817,10 @@ def _thinking(payload: dict[str, Any], thought: Collection[str], interleaved: bo
     if kind == "disabled" and _always_thinks(payload.get("model"), DISABLED_REFUSED):
         return ('"thinking.type.disabled" is not supported for this model. Use "thinking.type.adaptive" '
                 'and "output_config.effort" to control thinking behavior.')  # fmt: skip
+    choice = payload.get("tool_choice")
+    forced = isinstance(choice, dict) and choice.get("type") in ("any", "tool")
+    if kind is None and not forced and _always_thinks(payload.get("model"), THINKS_UNASKED):
+        return _thought_first(payload.get("messages"), thought)  # adaptive, unasked
     if kind not in ("enabled", "adaptive"):
         return None
     takes = thinking_types(payload.get("model"))
@@ -977,6 +992,8 @@ def unthought_calls(step: Any, payload: Mapping[str, Any]) -> set[str]:
     thinking = payload.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
         return set()
+    if thinking is None and _always_thinks(payload.get("model"), THINKS_UNASKED):
+        return set()  # asked by default: as a request that asked, not judged
     return answered_calls(step)
 
 

@@ -617,6 +617,34 @@ def test_a_call_answered_with_thinking_off_cannot_go_on_with_it_on() -> None:
     assert refusal(PATH, payload, {}, issued) is None  # still off: taken
 
 
+@pytest.mark.parametrize(("model", "thinks"), [
+    ("claude-opus-5", True), ("claude-sonnet-5", True), ("claude-sonnet-5-5", True), ("claude-fable-5-1", True),
+    ("claude-mythos-5", True), ("claude-opus-4-8", False), ("claude-haiku-5-5", False), ("claude-mythos-preview", False),
+])  # fmt: skip
+def test_a_model_that_thinks_unasked_holds_a_request_without_thinking_to_the_tool_loop_rule(
+    model: str, thinks: bool
+) -> None:
+    """Opus and Sonnet 5 on, Fable and Mythos 5 on think adaptively when ``thinking`` is left out
+    (the Opus 5 migration guide): the turn that called a tool with thinking comes back with it."""
+    answered = Reply(200, {"content": [thought("ls", sign("ls")), call("t1")]})
+    issued = thought_calls(answered)
+    loop = [user(text("ls?")), assistant(call("t1")), user(result("t1"))]
+    reply = refusal(PATH, {"model": model, "max_tokens": 4096, "messages": loop, "tools": BASH}, {}, issued)
+    if thinks:
+        assert reply is not None and reply.body["error"]["message"].startswith(
+            "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`.")
+    else:
+        assert reply is None
+    kept = [loop[0], assistant(thought("ls", sign("ls")), call("t1")), loop[2]]
+    assert refusal(PATH, {"model": model, "max_tokens": 4096, "messages": kept, "tools": BASH}, {}, issued) is None
+    # A forced tool choice is taken without thinking by those that take one at all.
+    forced = refusal(PATH, {"model": model, "max_tokens": 4096, "messages": loop, "tools": BASH,
+                            "tool_choice": {"type": "any"}}, {}, issued)  # fmt: skip
+    assert forced is None or "Expected `thinking`" not in forced.body["error"]["message"]
+    # Answered without thinking to such a request (it thought nothing): as asked, not judged.
+    assert unthought_calls(Reply(200, {"content": [call("t1")]}), {"model": model}) == (set() if thinks else {"t1"})
+
+
 def test_a_thinking_block_comes_back_with_the_signature_it_was_issued() -> None:
     def sent(block: dict[str, Any]) -> str | None:
         return refused([user(text("q")), assistant(block, text("a")), user(text("more"))])

@@ -896,12 +896,14 @@ def _thinking(
     # Opus 5 and Sonnet 5 think on a request without ``thinking`` (``claude_models``): where
     # thinking must stay off they are told so, whatever the client asked.
     off = {"type": "disabled"} if model.off == DISABLED else None
+    held = _thinking_held(turns, choice)
+    unasked = None if held else _unasked(model.off, turns)
     if effort is None:
-        return (off if off is not None and _thinking_held(turns, choice) else None), None
+        return (off if held else unasked), None
     if effort == "none":
         # A model that thinks unasked is told not to, one that always thinks gets the least
         # effort (``claude_models``: Opus 5 thinks by default, Opus 5.5 refuses "disabled").
-        return off, (LEAST if model.off == LEAST else None)
+        return (off or unasked), (LEAST if model.off == LEAST else None)
     if effort not in EFFORT_BUDGET:
         raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
     # Effort "doesn't require thinking to be enabled" (platform.claude.com/docs/en/build-with-claude/
@@ -909,7 +911,7 @@ def _thinking(
     level = ADAPTIVE_EFFORT[effort] if model.efforts else None
     if level is not None and level not in model.efforts:
         level = "high"
-    if _thinking_held(turns, choice):
+    if held:
         if off is not None and level in ("xhigh", "max"):
             level = "high"  # "disabled" is taken at effort high or lower (the Opus 5 migration guide)
         return off, level
@@ -925,6 +927,20 @@ def _thinking(
     if budget is None:
         return None, level  # max_tokens leaves no room for Anthropic's minimum budget beside an answer
     return {"type": "enabled", "budget_tokens": budget}, level  # Opus 4.5 takes an effort beside it
+
+
+def _unasked(off: str, turns: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The thinking a model that thinks unasked does anyway (Opus and Sonnet 5 on, Fable and
+    Mythos: adaptive, "on Claude Opus 5, the same requests run with adaptive thinking", its
+    migration guide), said where the conversation replays signed thinking. Left out, those
+    blocks were dropped as for a model that thinks only when asked, and the tool loop's turn
+    went without the thinking Anthropic wants first in it ("Expected `thinking` or
+    `redacted_thinking`, but found `tool_use`"); said, the replay also gets ``drop_block`` on a
+    model that binds it (``binding.translated``). Nothing replayed: left out, as before."""
+    if off not in (DISABLED, LEAST):
+        return None
+    replays = any(b["type"] in _THOUGHT for t in turns if t["role"] == "assistant" for b in t["content"])
+    return {"type": "adaptive"} if replays else None
 
 
 def _thinking_held(turns: list[dict[str, Any]], choice: dict[str, Any] | None) -> bool:

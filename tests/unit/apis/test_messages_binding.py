@@ -76,8 +76,12 @@ def test_a_request_that_replays_no_thinking_is_asked_as_before() -> None:
     opening = {**first, "messages": first["messages"][:2], "reasoning_effort": "high"}
     out = sent(opening, "claude-sonnet-5-5")
     assert out["thinking"] == {"type": "adaptive"} and binding.betas(out) == ()
-    off = sent({**with_thinking_replayed(), "reasoning_effort": "none"}, "claude-sonnet-5-5")
-    assert "thinking" not in off and not binding.replays_thinking(off["messages"])
+    # Sonnet 5.5 thinks on every request: "none" is its least effort, and the replayed thinking
+    # stays (the tool loop's turn must start with it), so it is asked to be dropped where bound.
+    least = sent({**with_thinking_replayed(), "reasoning_effort": "none"}, "claude-sonnet-5-5")
+    assert least["thinking"] == DROPPING and least["output_config"]["effort"] == "low"
+    assert binding.replays_thinking(least["messages"])
+    assert refusal("/v1/messages", least, dict(binding.betas(least))) is None
 
 
 def test_the_beta_joins_the_ones_already_sent_once() -> None:

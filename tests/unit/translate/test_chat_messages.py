@@ -25,9 +25,11 @@ import openai
 import pytest
 
 from gateway.apis.base import Ending
+from gateway.apis.messages import binding
 from gateway.apis.messages.claude_models import thinking_for
 from gateway.errors import Classification, ErrorType
 from gateway.fake import messages_rules
+from gateway.fake.messages import sign
 from gateway.sse import EventSplitter, parse_event
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
@@ -421,6 +423,38 @@ def test_signed_thinking_is_not_sent_with_thinking_off() -> None:
     for extra in ({}, {"reasoning_effort": "high", "tool_choice": "required"}):
         out = req({"model": "m", "max_tokens": 32000, "tools": [WEATHER], "messages": loop, **extra})
         assert "thinking" not in out and [b["type"] for b in out["messages"][1]["content"]] == ["tool_use"]
+
+
+THINK_UNASKED = ["claude-opus-5", "claude-sonnet-5", "claude-opus-5-5", "claude-sonnet-5-5", "claude-fable-5-1",
+                 "claude-mythos-5"]  # fmt: skip
+
+
+@pytest.mark.parametrize("model", THINK_UNASKED)
+@pytest.mark.parametrize("effort", [None, "none"])
+def test_a_model_that_thinks_unasked_gets_its_tool_loops_thinking_back(model: str, effort: str | None) -> None:
+    """Opus and Sonnet 5 on, Fable and Mythos think on a request that leaves ``thinking`` out
+    (the Opus 5 migration guide) and the 5.5 ones on every request: a client that asks for no
+    reasoning (the openai SDK, Codex without an effort) still gets thinking with each call, and
+    its next step must start that turn with it ("Expected `thinking` or `redacted_thinking`, but
+    found `tool_use`"). It was dropped as for a model that thinks only when asked."""
+    signed = {"type": "thinking", "thinking": "Paris first.", "signature": sign("Paris first.")}
+    turn = {"role": "assistant", "content": None, "tool_calls": [call("toolu_1")], "thinking_blocks": [signed]}
+    loop = [user(), turn, {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}]
+    asked = {} if effort is None else {"reasoning_effort": effort}
+    out = req({"model": "m", "tools": [WEATHER], "messages": loop, **asked}, Target(model))
+    if out.get("thinking") == {"type": "disabled"}:  # Opus and Sonnet 5 take "none" as thinking off
+        assert effort == "none" and thinking_for(model).off == "disabled"
+        assert [b["type"] for b in out["messages"][1]["content"]] == ["tool_use"]
+    else:
+        assert out["thinking"]["type"] == "adaptive"  # said: a replay then gets drop_block where bound
+        assert out["messages"][1]["content"][0] == signed
+    sent = dict(binding.betas(out))  # the pipeline's beta header for drop_block
+    assert messages_rules.refusal("/v1/messages", json.loads(json.dumps(out)), sent, {"toolu_1"}) is None
+    forced = req({"model": "m", "tools": [WEATHER], "messages": loop, "tool_choice": "required", **asked},
+                 Target(model))  # thinking stays unsaid beside a forced call, on the models that take one
+    assert messages_rules.refusal("/v1/messages", forced, dict(binding.betas(forced)), {"toolu_1"}) is None
+    first = req({"model": "m", "tools": [WEATHER], "messages": [user()], **asked}, Target(model))
+    assert first.get("thinking") in (None, {"type": "disabled"})  # nothing replayed: left as before
 
 
 def test_thinking_of_a_merged_turn_is_moved_first() -> None:
