@@ -51,6 +51,24 @@ def test_after_commit_only_the_end_and_errors_matter() -> None:
     assert r.kind(text_delta("an error in prose"), committed=True) is EventKind.VISIBLE
 
 
+def test_a_delta_after_commit_still_gives_its_signature_and_its_text_and_nothing_else() -> None:
+    """A ``content_block_delta`` is read on its name alone after commit (``_DELTA_EVENT``): what a
+    delta can carry (a thinking block's signature, the text a continuation needs) is still read."""
+    marks: list[str] = []
+    r = D.reader(False)
+    r.signed = marks.append
+    r.track()
+    assert [r.kind(raw, committed=False) for raw in anthropic_head()] == [EventKind.CONTENTLESS] * 3
+    usage = dict(r.usage)
+    assert r.kind(text_delta('usage: "message_delta" message_stop'), committed=True) is EventKind.VISIBLE
+    signature = sse("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                            "delta": {"type": "signature_delta", "signature": "EqQBsig"}})  # fmt: skip
+    assert r.kind(signature, committed=True) is EventKind.VISIBLE
+    assert marks == ["EqQBsig"]
+    assert r.partial() == 'usage: "message_delta" message_stop'
+    assert r.usage == usage
+
+
 @pytest.mark.parametrize("committed", [False, True])
 def test_message_stop_is_owed_from_the_stop_reason_until_it_comes(committed: bool) -> None:
     """A stream that ends after the stop_reason's message_delta is whole, but the TypeScript
