@@ -185,6 +185,9 @@ class ChatStream:
         if not isinstance(doc, dict) or self.finished:
             return b""
         kind = doc.get("type")
+        if kind == "content_block_delta":  # most of a stream's events: asked first, no call to _start
+            chunk = self._delta(doc.get("index"), doc.get("delta"))
+            return chunk if self.started else self._start() + chunk
         if kind == "message_start":
             message = doc.get("message")
             if not isinstance(message, dict):
@@ -196,8 +199,6 @@ class ChatStream:
             return self._start()
         if kind == "content_block_start":
             return self._start() + self._block_start(doc.get("index"), doc.get("content_block"))
-        if kind == "content_block_delta":
-            return self._start() + self._delta(doc.get("index"), doc.get("delta"))
         if kind == "message_delta":
             delta = doc.get("delta")
             if isinstance(delta, dict) and delta.get("stop_reason") is not None:
