@@ -180,6 +180,43 @@ def test_the_models_list_cache_is_as_long_as_the_endpoints_page_says() -> None:
     assert number(cached) == CACHE_S
 
 
+def test_the_websocket_pages_limits_are_the_codes() -> None:
+    """docs/websocket.md's limits table, its settings' defaults and its id and heartbeat figures."""
+    from gateway.apis.responses import warm_ids
+    from gateway.apis.responses import websocket as ws
+    from gateway.pipeline.relay import BODY_END_S
+    from gateway.pipeline.websocket import HEARTBEAT_S
+
+    page = "docs/websocket.md"
+    (flight,) = stated(page, r"^\| turns in flight \| (\d+) per connection \|")
+    (held,) = stated(page, r"^\| turns held, in flight and queued \| (\d+) per connection \|")
+    (lanes,) = stated(page, r"^\| named `stream_id`s \| (\d+) in a connection's life \|")
+    (bodies,) = stated(page, r"^\| what a connection remembers \| (\d+) × `server\.max_body_bytes` \|")
+    (refusals,) = stated(page, r"^\| refusals waiting behind their lane's turns \| (\d+) per connection \|")
+    (ping, pong) = stated(page, r"^\| heartbeat \| a ping every (\d+) s \| If a ping goes unanswered for (\d+) s")
+    assert (int(flight), int(held), int(lanes)) == (ws.MAX_IN_FLIGHT, ws.MAX_IN_FLIGHT + ws.QUEUED_TURNS,
+                                                    ws.MAX_NAMED_LANES)  # fmt: skip
+    assert (int(bodies), int(refusals)) == (ws.REMEMBERED_BODIES, ws.QUEUED_REFUSALS)
+    assert (number(ping), number(pong)) == (HEARTBEAT_S, HEARTBEAT_S / 2)  # aiohttp's pong wait
+    (most,) = stated(page, r"At most (\d+) turns are in flight on one connection")
+    assert int(most) == ws.MAX_IN_FLIGHT
+    (after,) = stated(page, r"at most ([\d.]+) s after the event")
+    assert number(after) == BODY_END_S
+    (digits, tag) = stated(page, r"`resp_` and (\d+) hex digits.*? The last (\d+) digits")
+    assert (int(digits), int(tag)) == (warm_ids._NONCE_HEX + warm_ids._TAG_HEX, warm_ids._TAG_HEX)
+    server = GatewayConfig.model_fields["server"].annotation
+    assert server is not None
+    fields = server.model_fields
+    (on,) = stated(page, r"^\| `server\.responses_websocket` \| `(\w+)` \|")
+    assert on == str(fields["responses_websocket"].default).lower()
+    (age, minutes) = stated(page, r"^\| `server\.responses_websocket_max_age_s` \| `(\d+)` \((\d+) minutes")
+    assert number(age) == number(minutes) * 60 == fields["responses_websocket_max_age_s"].default
+    (mib,) = stated(page, r"^\| `server\.max_body_bytes` \| (\d+) MiB \|")
+    assert int(mib) * 1024 * 1024 == fields["max_body_bytes"].default
+    (drain,) = stated(page, r"^\| `server\.drain_s` \| `(\d+)` s \|")
+    assert number(drain) == fields["drain_s"].default
+
+
 def test_a_flapping_replicas_hold_and_its_return_are_as_the_pages_say() -> None:
     from gateway.state import redis_store
 
