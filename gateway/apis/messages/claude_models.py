@@ -51,16 +51,32 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.memo import by_name
+
 # "claude-opus-4-7", "claude-sonnet-4-20250514" (4.0: a date is not a minor version), "claude-fable-5-1",
 # "claude-mythos-preview" (a line without a version).
 _NAMED = re.compile(r"claude-(?:(?P<tier>opus|sonnet|haiku)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2})(?!\d))?"
                     r"|(?P<line>mythos|fable)(?:-(?P<lmajor>\d+)(?:[-.](?P<lminor>\d{1,2})(?!\d))?)?)")
 # The older order, "claude-3-5-sonnet-20241022", "anthropic/claude-3.5-haiku".
 _NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:[-.](?P<minor>\d))?-(?:opus|sonnet|haiku)")
+
+
+@by_name
+def _read(model: str) -> tuple[re.Match[str] | None, bool]:
+    """The name as ``_NAMED`` reads it, and whether ``_NUMBERED`` (a Claude 3-style id) matches:
+    read once per name (``memo``), where each question below searched it again."""
+    lower = model.lower()
+    found = _NAMED.search(lower)
+    return found, found is None and _NUMBERED.search(lower) is not None
+
+
 FORCED = ("any", "tool")  # the tool_choice types that force a call
 
 
-@dataclass(frozen=True, slots=True)
+# eq=False: the instances are this module's constants, one per way of thinking, told apart by
+# identity; the generated __eq__ ran field by field for each member an ``in`` passed (~90
+# bytecodes a request translated to Messages, issue #38).
+@dataclass(frozen=True, slots=True, eq=False)
 class Thinking:
     adaptive: bool  # thinking asked as {type: adaptive} with output_config.effort, not a budget
     efforts: frozenset[str]  # the output_config.effort values the model takes (adaptive only)
@@ -99,9 +115,9 @@ def takes_prefill(model: str) -> bool:
 
 
 def thinking_for(model: str) -> Thinking:
-    found = _NAMED.search(model.lower())
+    found, numbered = _read(model)
     if found is None:
-        older = _NUMBERED.search(model.lower())
+        older = _NUMBERED.search(model.lower()) if numbered else None
         if older is not None and (int(older["major"]), int(older["minor"] or 0)) < (3, 7):
             return NO_THINKING
         return BUDGET
@@ -125,9 +141,9 @@ def thinking_for(model: str) -> Thinking:
 def context_window(model: str) -> int | None:
     """The model's context window in tokens as Anthropic documents it (``LONG_WINDOW`` above),
     or None for a name not read here (Mythos Preview, a model behind a compatible server)."""
-    found = _NAMED.search(model.lower())
+    found, numbered = _read(model)
     if found is None:
-        return SHORT_WINDOW if _NUMBERED.search(model.lower()) is not None else None
+        return SHORT_WINDOW if numbered else None
     version = _version(found)
     if version is None:
         return None
@@ -170,7 +186,7 @@ def takes_forced_tool(model: str) -> bool:
     call leaves no room for thinking; what they take instead is ``auto`` (``unforced``). A
     Mythos without a version (``claude-mythos-preview``) is not named by the sources and is
     taken to accept it; a refusal teaches the gateway otherwise (``policy/refused_param.py``)."""
-    found = _NAMED.search(model.lower())
+    found = _read(model)[0]
     if found is None:
         return True
     version = _version(found)
@@ -190,7 +206,7 @@ def binds_thinking(model: str) -> bool:
     https://platform.claude.com/docs/en/build-with-claude/preserved-thinking); Mythos 5.1 records
     the binding but does not check it (Bedrock's "Preserved thinking" page). The older models
     take thinking replayed after earlier turns were dropped, as compaction always did."""
-    found = _NAMED.search(model.lower())
+    found = _read(model)[0]
     version = None if found is None else _version(found)
     if found is None or version is None:
         return False

@@ -106,6 +106,7 @@ from gateway.apis.messages.claude_models import (
     thinking_for,
     unforced,
 )
+from gateway.memo import by_name
 from gateway.translate import image_size, json_schema, thinking_room, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
@@ -379,8 +380,13 @@ def _trim_prefill(turns: list[dict[str, Any]]) -> None:
 
 
 def default_max_tokens(model: str, stream: bool) -> int:
-    found = next((n for family, n in DEFAULT_MAX_TOKENS if family in model), FALLBACK_MAX_TOKENS)
+    found = _family_max_tokens(model)
     return found if stream else min(found, BUFFERED_MAX_TOKENS)
+
+
+@by_name
+def _family_max_tokens(model: str) -> int:
+    return next((n for family, n in DEFAULT_MAX_TOKENS if family in model), FALLBACK_MAX_TOKENS)
 
 
 def _refuse_uncarried(p: Mapping[str, Any]) -> None:
