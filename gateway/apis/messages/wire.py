@@ -244,33 +244,34 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     if not isinstance(usage, dict):
         return out
-    prompt = [
-        usage.get(k)
-        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    ]
-    counted = [v for v in prompt if isinstance(v, int) and v >= 0]
+    # Each member read once, and the rarer ones only where present: this reads every Messages
+    # answer's usage, and a stream's twice (issue #38).
+    given = usage.get("input_tokens")
+    read, wrote = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+    counted = [v for v in (given, wrote, read) if isinstance(v, int) and v >= 0]
     if counted:
         out["prompt"] = sum(counted)
     output = usage.get("output_tokens")
     if isinstance(output, int) and output >= 0:
         out["completion"] = output
     # Of the prompt: what was read from the cache and written to it (priced apart).
-    for kind, key in (("cache_read", "cache_read_input_tokens"),
-                      ("cache_write", "cache_creation_input_tokens")):  # fmt: skip
-        value = usage.get(key)
-        if isinstance(value, int) and value > 0:
-            out[kind] = value
-    # Of the cache write, what was written for an hour: twice the input price, not 1.25 times.
-    split = usage.get("cache_creation")
-    hour = split.get("ephemeral_1h_input_tokens") if isinstance(split, dict) else None
-    if isinstance(hour, int) and not isinstance(hour, bool) and hour > 0:
-        out["cache_write_1h"] = hour
-    # The web searches Anthropic ran (its web_search server tool), billed per search on top of
-    # tokens (keys/prices.py); a stream's message_delta states the total so far.
-    tools = usage.get("server_tool_use")
-    searches = tools.get("web_search_requests") if isinstance(tools, dict) else None
-    if isinstance(searches, int) and not isinstance(searches, bool) and searches > 0:
-        out["web_search"] = searches
+    if isinstance(read, int) and read > 0:
+        out["cache_read"] = read
+    if isinstance(wrote, int) and wrote > 0:
+        out["cache_write"] = wrote
+    if "cache_creation" in usage:
+        # Of the cache write, what was written for an hour: twice the input price, not 1.25 times.
+        split = usage["cache_creation"]
+        hour = split.get("ephemeral_1h_input_tokens") if isinstance(split, dict) else None
+        if isinstance(hour, int) and not isinstance(hour, bool) and hour > 0:
+            out["cache_write_1h"] = hour
+    if "server_tool_use" in usage:
+        # The web searches Anthropic ran (its web_search server tool), billed per search on top
+        # of tokens (keys/prices.py); a stream's message_delta states the total so far.
+        tools = usage["server_tool_use"]
+        searches = tools.get("web_search_requests") if isinstance(tools, dict) else None
+        if isinstance(searches, int) and not isinstance(searches, bool) and searches > 0:
+            out["web_search"] = searches
     return out
 
 
