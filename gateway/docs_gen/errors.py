@@ -394,7 +394,9 @@ MEANINGS = {
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
     "to wait for, or the configured `limits` of the deployment a request not retried along the pool went "
     "to are used up this minute, or the one deployment that holds the stored response a chained request "
-    "continues (`previous_response_id`) is rate limited that long (with `retry-after`).",
+    "continues (`previous_response_id`) is rate limited that long (with `retry-after`); or the configured "
+    "`limits` are held only by the estimates of requests in flight and the request waited as long as it "
+    "may (`retry-after` is then 1 s: their answers give room back, not the minute's end).",
     "not_found": "No such endpoint.",
     "method_not_allowed": "A TRACE or CONNECT request (405 with `Allow`): never forwarded, a TRACE echo "
     "would carry the upstream `api_key` the gateway adds.",

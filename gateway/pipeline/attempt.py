@@ -52,6 +52,7 @@ from gateway.redaction import redact_bytes, redact_text
 from gateway.routing import response_headers
 from gateway.routing.headers import with_content_type
 from gateway.routing.headroom import UNSTATED_WINDOW_MS
+from gateway.routing.pools import ESTIMATES_RETRY_AFTER_S
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
 from gateway.state.pools import Mark, PoolSent, Taken
@@ -141,10 +142,14 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
             # counts against the limits the operator set, so none goes past them.
             taken = await ps.take(call.up.cfg, scope, tokens)
             if taken is None:
-                return limits_used_up(svc, call.up)
+                return limits_used_up(svc, call.up, ps.settling(call.up.cfg, scope, tokens))
+        if (before := state.pool_sent) is not None:  # (a broken stream's: its continuation follows)
+            ps.landed(before.up, before.model, before.mark)
         mark = ps.sent(call.up.cfg, scope, tokens, taken or False)
         state.pool_sent = PoolSent(call.up.cfg, scope, mark, tokens, call.dialect.api, body)
     elif state.pool_sent is not None:
+        if svc.pool_state is not None:
+            svc.pool_state.landed(state.pool_sent.up, state.pool_sent.model, state.pool_sent.mark)
         state.pool_sent = None  # a fallback's answer is not the deployment's
     state.attempts += 1
     left_s = plan.remaining_s()
@@ -182,6 +187,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     token_first = token_s is not None and token_s < head_s
     call.head_s = None
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
+    if mark is not None and isinstance(outcome, Failure):
+        svc.pool_state.landed(call.up.cfg, state.pool_model, mark)  # type: ignore[union-attr]
     if isinstance(outcome, Failure) and call.up.secrets:
         without_own_key(outcome, call.up.secrets)
     if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
@@ -282,16 +289,25 @@ def first_token_s(svc: Services, call: Call) -> float | None:
     return own if own is not None else svc.cfg.timeouts.first_token_s
 
 
-def limits_used_up(svc: Services, up: UpstreamRuntime) -> Failure:
+def limits_used_up(svc: Services, up: UpstreamRuntime, settling: bool = False) -> Failure:
     """Nothing sent: the pool deployment's configured limits are used up until the minute's
-    end, by every replica's requests (the pool sits it out until then and moves on)."""
+    end, by every replica's requests (the pool sits it out until then and moves on); or
+    (``settling``) its tokens are held by the estimates of calls in flight, whose answers give
+    room back within moments: its wait is the short one (routing/pools.py's
+    ``ESTIMATES_RETRY_AFTER_S``), not the minute's end."""
     now = svc.wall()
-    wait_s = 60 - now % 60
+    wait_s = ESTIMATES_RETRY_AFTER_S if settling else 60 - now % 60
     name = up.cfg.name
+    why = (f"deployment '{name}' is at its configured limits with requests in flight" if settling
+           else f"deployment '{name}' used its configured limits this minute")  # fmt: skip
     c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, now), "pool_rate_limited",
-                       None, f"deployment '{name}' used its configured limits this minute")  # fmt: skip
-    message = f"pool deployment '{name}' used its configured limits (limits) this minute"
-    return gateway_failure(429, c, message, "pool_rate_limited", final=True)
+                       None, why)  # fmt: skip
+    if settling:
+        return gateway_failure(429, c, f"pool deployment '{name}' is at its configured limits (limits) with "
+                               "requests in flight, whose answers give room back; try again in "
+                               f"{ESTIMATES_RETRY_AFTER_S:g} s", "pool_rate_limited", final=True)  # fmt: skip
+    return gateway_failure(429, c, f"pool deployment '{name}' used its configured limits (limits) this "
+                           "minute", "pool_rate_limited", final=True)  # fmt: skip
 
 
 def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:

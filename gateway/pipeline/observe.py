@@ -171,6 +171,11 @@ def observed(handler: Handler, at_once: AtOnce | None = None) -> Handler:
             life.in_flight -= 1
             life.handling.discard(task)
             svc.serving -= 1
+            if state.pool_sent is not None and svc.pool_state is not None:
+                # Its answer stated no usage (or the client left first): its estimate stays
+                # counted, no longer as in flight (a request waiting for room looks again).
+                sent, state.pool_sent = state.pool_sent, None
+                svc.pool_state.landed(sent.up, sent.model, sent.mark)
             if state.holding is not None and svc.pool_state is not None:
                 svc.pool_state.release(state.holding)
             if state.key is not None:

@@ -36,9 +36,10 @@ cannot serve at all (a refused key, no credit), on the last that failed for an o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -56,7 +57,7 @@ from gateway.pipeline.send import (
     waited_and_confirmed,
 )
 from gateway.policy.breaker import circuit_key
-from gateway.policy.retry import RetryPlan, StopReason
+from gateway.policy.retry import HEAD_FLOOR_S, RetryPlan, StopReason
 from gateway.policy.retry_after import reset_at_ms, restamped, restamped_body
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing.pools import (
@@ -64,6 +65,7 @@ from gateway.routing.pools import (
     SitOut,
     break_reason,
     conversation_order,
+    estimates_wait,
     first,
     first_home,
     for_conversation,
@@ -75,6 +77,7 @@ from gateway.routing.pools import (
 from gateway.routing.stored import answer_id, not_found_here
 from gateway.services import Hop, PoolRuntime, Route, Services, UpstreamRuntime
 from gateway.state.affinity import AffinityTable
+from gateway.state.pools import PoolState
 from gateway.tracing.attrs import P
 
 log = logging.getLogger("gateway.decisions")
@@ -83,6 +86,45 @@ AnOutcome = TypeVar("AnOutcome", bound=Outcome)
 _RESETS = (SitOut.RATE_LIMIT, SitOut.HEADROOM)  # sit-outs that end at a rate limit's reset
 # Failures of a deployment's key (it sits out), as opposed to the provider's or the request's.
 _SAT_OUT = frozenset({ErrorType.RATE_LIMIT, ErrorType.BUDGET, ErrorType.AUTH})
+
+
+# The most times one request looks again for room the estimates in flight hold (each after the
+# next read of the records or an answer here): a bound beside its seconds, should the clock
+# and the sleep disagree (a test's recorded sleeps).
+_MAX_LOOKS = 2_000
+
+
+@dataclass(slots=True)
+class _Waited:
+    """A request's waits for room that the estimates of calls in flight held: bounded together
+    by ``retry.max_retry_after_s`` (the longest it waits for any reset), apart from its retries."""
+
+    spent_s: float = 0.0
+    looks: int = 0
+
+
+def _may_wait_s(svc: Services, plan: RetryPlan, waited: _Waited) -> float:
+    """How much longer the request may wait for room the estimates in flight hold: within its
+    bound of such waits, its deadline, and what its client leaves it before the head."""
+    if waited.looks >= _MAX_LOOKS:
+        return 0.0
+    left = min(svc.cfg.retry.max_retry_after_s - waited.spent_s, plan.remaining_s())
+    if plan.head_by is not None:
+        left = min(left, plan.head_by - plan.now() - HEAD_FLOOR_S)
+    return max(0.0, left)
+
+
+async def _wait_for_answers(svc: Services, ps: PoolState, names: Sequence[str], wait_s: float) -> float:
+    """Waits ``wait_s`` (the injected sleep), or less: until a call in flight here on one of
+    ``names`` is answered (``PoolState.answered``). The seconds it counts as waited: all of
+    ``wait_s`` when the sleep ended it, else the clock's."""
+    started = svc.monotonic()
+    sleeping = asyncio.ensure_future(svc.sleep(wait_s))
+    try:
+        done, _ = await asyncio.wait({sleeping, *ps.answered(names)}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeping.cancel()
+    return wait_s if sleeping in done else min(wait_s, max(0.0, svc.monotonic() - started))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +195,7 @@ async def _sent_pool(
     removed: set[str] = set()  # deployments a reload took out while this request waited
     big = need[0] + need[1]  # its size as ``over_window`` remembers one
     over: set[str] = set()  # deployments passed by as too small for it (``too_big``)
+    waited = _Waited()  # its waits for room the estimates in flight held (``estimates_wait``)
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
@@ -229,6 +272,8 @@ async def _sent_pool(
             after = back.outcome if back is not None and isinstance(back.outcome, Failure) else None
             back = None
             outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting, after)
+            if call.taken is not None:  # taken, never sent (its circuit refused it meanwhile)
+                ps.untaken(up.cfg, model, call.taken)
             last = Sent(outcome, call)
             failed = isinstance(outcome, Failure)
             turn = None
@@ -326,10 +371,10 @@ async def _sent_pool(
             if not any(_resets_later(v, now_ms) and v.name not in not_held for v in views):
                 return last
             answered = await _all_sitting_out(svc, state, plan, pool, limited, tried, limited, searching=True,
-                                              removed=removed)  # fmt: skip
+                                              removed=removed, waited=waited)  # fmt: skip
         else:
             answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited, stored,
-                                              removed=removed)  # fmt: skip
+                                              removed=removed, waited=waited)  # fmt: skip
         if answered is not None:
             return answered
         # Waited for a reset. The request finishes on the config it started on (gateway/live.py),
@@ -823,7 +868,7 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
 async def _all_sitting_out(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None,
     tried: set[str], limited: Sent | None = None, stored: str | None = None, searching: bool = False,
-    removed: set[str] | frozenset[str] = frozenset(),
+    removed: set[str] | frozenset[str] = frozenset(), waited: _Waited | None = None,
 ) -> Sent | None:  # fmt: skip
     """No sibling is left to try, nor a later hop. When some sibling waits for a rate limit's
     reset, the pool serves again at the earliest one, whatever the others sit out for (an
@@ -833,7 +878,10 @@ async def _all_sitting_out(
     ``stored``: the one deployment the request may go to (it holds what the request continues):
     the pool is that deployment alone. ``searching``: every deployment asked answered that it does
     not hold the response the request is chained to; those that sit out may. ``removed``: taken
-    out of the pool by a reload since the request began (it waits for none of them)."""
+    out of the pool by a reload since the request began (it waits for none of them). A pool whose
+    room only the estimates of calls in flight hold (``estimates_wait``) is waited for until the
+    next read of its records or an answer of theirs here (None: look again), within ``waited``'s
+    bound, not counted as a retry; a request that cannot wait is told that short wait."""
     assert svc.pool_state is not None
     now_ms = svc.wall() * 1000
     views = [svc.pool_state.view(i, up.cfg, state.model, now_ms, state.pool_need)
@@ -851,12 +899,27 @@ async def _all_sitting_out(
         return Sent(_every_key_out(svc, state, pool, views, now_ms, stored, down), None)
     earliest = min(waiting, key=lambda v: v.out_until_ms)
     wait_s = (earliest.out_until_ms - now_ms) / 1000
+    room = None
+    if waited is not None:
+        may_wait_s = _may_wait_s(svc, plan, waited)
+        room = estimates_wait([v for v in views if v.name not in tried], now_ms,
+                              svc.pool_state.read_in_s(pool.cfg.name, state.model), may_wait_s)  # fmt: skip
+    if room is not None:
+        if room.wait_s is not None and waited is not None:
+            waited.spent_s += await _wait_for_answers(svc, svc.pool_state, room.names, room.wait_s)
+            waited.looks += 1
+            return None
+        # It cannot wait longer: the room is the estimates', back within moments, not at the
+        # minute's end, which a client told so waited out (``retry-after: 60``, review).
+        earliest = next((v for v in waiting if v.name in room.names), earliest)
+        wait_s = room.retry_after_s
     c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, svc.wall()),
                        failed.provider_code if failed is not None else "pool_rate_limited",
                        failed.message if failed is not None else None,
                        f"earliest reset in pool '{pool.cfg.name}': {earliest.name}")  # fmt: skip
-    # A 429 made final by a reset another request ended on: its wait was that request's.
-    wait = None if plan.stopped is StopReason.PENDING_RESET else plan.next_wait(c)
+    # A 429 made final by a reset another request ended on: its wait was that request's. One
+    # whose room the estimates in flight hold waited as long as it may already.
+    wait = None if plan.stopped is StopReason.PENDING_RESET or room is not None else plan.next_wait(c)
     if wait is not None:
         if await waited_and_confirmed(svc, wait):
             state.retries += 1
@@ -898,12 +961,20 @@ async def _all_sitting_out(
             "request continues, and the others are rate limited; the earliest resets in "
             f"{max(1, round(wait_s))} s", "pool_rate_limited", final=True,
         )  # fmt: skip
+    elif room is not None:
+        failure = gateway_failure(
+            429, c, f"every deployment of pool '{pool.cfg.name}' is at its configured limits with requests "
+            f"in flight, whose answers give room back; try again in {max(1, round(wait_s))} s",
+            "pool_rate_limited", final=True,
+        )  # fmt: skip
     else:
         failure = gateway_failure(
             429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "
             f"{max(1, round(wait_s))} s", "pool_rate_limited", final=True,
         )  # fmt: skip
-    state.retries_settled = True
+    # A wait for room the estimates in flight hold is the client's to make (its SDK retries
+    # after the short wait it is told); any other, the gateway made as it could.
+    state.retries_settled = room is None
     return Sent(failure, None)
 
 

@@ -370,6 +370,8 @@ def pool_used(svc: Services, state: RequestState, usage: dict[str, int]) -> None
                                   sent_output=output)  # fmt: skip
     if tokens is not None:
         svc.pool_state.used(sent.up, sent.model, sent.mark, sent.estimate, tokens)
+    else:  # a usage the window does not count by: its estimate stays, no longer in flight
+        svc.pool_state.landed(sent.up, sent.model, sent.mark)
 
 
 def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:

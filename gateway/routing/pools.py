@@ -58,6 +58,9 @@ class Deployment(NamedTuple):
     tokens_left: float | None = None
     out_until_ms: int = 0  # epoch ms; sits out while in the future
     out_why: SitOut | None = None
+    # Out only because its configured limits' tokens are full of the estimates of calls still
+    # in flight: it has room once they are answered (at less), not only at the minute's end.
+    settling: bool = False
 
     def serves_at(self, now_ms: float) -> bool:
         return self.out_until_ms <= now_ms
@@ -318,6 +321,48 @@ def _until(c: Classification, now_ms: int, default_s: float) -> int:
     if c.retry_after_s is not None and c.retry_after_s > 0:
         return now_ms + round(c.retry_after_s * 1000)
     return now_ms + round(default_s * 1000)
+
+
+# A request none of whose deployments may serve, one of them out only for the estimates of its
+# calls in flight (``Deployment.settling``), looks again after this long at least (the next read
+# of the records decides, every ``state.cache_ms``; an answer of one of those calls here ends the
+# wait sooner), and a client it cannot keep waiting is told to come back after this long.
+ESTIMATES_LOOK_S = 0.05
+ESTIMATES_RETRY_AFTER_S = 1.0
+_RESETS = (SitOut.RATE_LIMIT, SitOut.HEADROOM)
+
+
+class RoomWait(NamedTuple):
+    """What a request does about deployments whose room the estimates in flight hold."""
+
+    wait_s: float | None  # look again after this long (or at an answer of ``names`` here); None: cannot
+    retry_after_s: float  # the wait a client is told when it cannot: the short one, not the minute's end
+    names: tuple[str, ...]  # the deployments whose answers may give room back
+
+
+def estimates_wait(views: Sequence[Deployment], now_ms: float, read_in_s: float,
+                   may_wait_s: float) -> RoomWait | None:  # fmt: skip
+    """No deployment of ``views`` (those a request may still go to) may serve now. When some are
+    out only for the estimates of calls in flight (``settling``), their answers give room back
+    within milliseconds (their usages mostly far below estimates of the prompt's bytes / 3.5):
+    the request waits for them, until the next read of the records (``read_in_s`` from now, at
+    least ``ESTIMATES_LOOK_S``) or an answer there, and looks again; ``may_wait_s``: how much longer
+    it may (its bound of such waits, its deadline, its client's head time); past it, it is
+    answered with that short wait. Taken for the minute's end, such a count kept a burst 20 s,
+    and answered 429 with ``retry-after: 60`` (review). None: none is (a count used up by usages,
+    or by requests, waits for the minute's end as any rate limit's reset), or a deployment's own
+    reset comes before the next look (waited for as ever)."""
+    names = tuple(v.name for v in views if v.settling and v.out_until_ms > now_ms)
+    if not names:
+        return None
+    wait_s = max(ESTIMATES_LOOK_S, read_in_s)
+    back = [v.out_until_ms for v in views
+            if not v.settling and v.out_why in _RESETS and v.out_until_ms > now_ms]  # fmt: skip
+    if back and min(back) <= now_ms + wait_s * 1000:
+        return None
+    if may_wait_s < ESTIMATES_LOOK_S:
+        return RoomWait(None, max(ESTIMATES_RETRY_AFTER_S, wait_s), names)
+    return RoomWait(min(wait_s, may_wait_s), max(ESTIMATES_RETRY_AFTER_S, wait_s), names)
 
 
 # A failure moves the request to a sibling deployment when another key or deployment may not

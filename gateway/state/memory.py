@@ -287,13 +287,13 @@ class MemoryStore:
         return self._stored.get(key)
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
-                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int, int]:
         rec = self._records.get(key) or {}
-        n, k = int(rec.get("n", 0)), int(rec.get("k", 0))
+        n, k, e = int(rec.get("n", 0)), int(rec.get("k", 0)), int(rec.get("e", 0))
         if passes(n, k, requests_per_minute, tokens_per_minute, tokens):
-            return False, n, k
-        self._records.put(key, {**rec, "n": n + 1, "k": k + tokens}, ttl_s)
-        return True, n + 1, k + tokens
+            return False, n, k, e
+        self._records.put(key, {**rec, "n": n + 1, "k": k + tokens, "e": e + tokens}, ttl_s)
+        return True, n + 1, k + tokens, e + tokens
 
     async def records_least(self, key: str, tokens: float, until_ms: float,
                             now_ms: float) -> tuple[float, float]:  # fmt: skip

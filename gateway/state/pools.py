@@ -118,6 +118,12 @@ class _Sends:
     # Minute -> [store epoch, tokens]: usages below estimates that left this process, to take
     # off that minute's count while the store holds them still (the same epoch).
     credit: dict[int, list[int]] = field(default_factory=dict)
+    # Calls counted against configured limits whose answers have not come: ticket -> (minute,
+    # estimate, the store epoch a take counted it in the store's ``e`` at; None: not there).
+    flight: dict[int, tuple[int, int, int | None]] = field(default_factory=dict)
+    # Minute -> [store epoch, tokens]: estimates of taken calls since answered (or given up),
+    # to take off that minute's ``e`` (the estimates in flight) while the store holds them.
+    landed: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -159,14 +165,17 @@ class Mark:
     # the start of its ``take``; None when a take's was not known to be the store's.
     epoch: int | None = None
     flushes: int = -1  # its sends' ``flushes`` at the send (-1: taken, never pending here)
+    ticket: int = 0  # its estimate among the calls in flight (``_Sends.flight``); 0: none
 
 
 @dataclass(frozen=True, slots=True)
 class Taken:
     """A ``take`` that passed: the store epoch it was counted in, or None when the store may
-    have served it from this process's memory alone (an epoch moved on during the take)."""
+    have served it from this process's memory alone (an epoch moved on during the take); and
+    its estimate's ticket among the calls in flight (``_Sends.flight``)."""
 
     epoch: int | None
+    ticket: int = 0
 
 
 class PoolSent(NamedTuple):
@@ -216,6 +225,13 @@ class PoolState:
     _used_up: dict[tuple[str, str | None], tuple[int, DeploymentLimits, tuple[int, int] | None]] = \
         field(default_factory=dict)  # fmt: skip
     _synced_at: float = -math.inf  # monotonic: the last round trip that took this process's sends
+    _tickets: int = 0  # the last ticket given to a call in flight (``_Sends.flight``)
+    # Deployment -> its (deployment, model) whose ``_Sends.flight`` holds calls: all answered
+    # once none is in flight here (``release``).
+    _flying: dict[str, set[tuple[str, str | None]]] = field(default_factory=dict)
+    # Deployment -> a future done at the next answer of a call of it in flight here
+    # (``answered``): a request waiting for room that those estimates hold (pipeline/pool.py).
+    _answers: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     _homes: dict[str, tuple[str, float]] = field(default_factory=dict)  # conversations' homes to keep
     # Conversations whose home a keep found another in the store than this process's copy (another
     # replica moved it): store key -> that home, taken by the pool's table at the next turn.
@@ -301,7 +317,15 @@ class PoolState:
         self.in_flight[deployment] = self.in_flight.get(deployment, 0) + 1
 
     def release(self, deployment: str) -> None:
-        self.in_flight[deployment] = max(0, self.in_flight.get(deployment, 0) - 1)
+        left = self.in_flight[deployment] = max(0, self.in_flight.get(deployment, 0) - 1)
+        if not left and deployment in self._flying:
+            # None in flight here: every call of it counted as in flight is over, whether its
+            # answer told a usage or not (a failure, a stream cut, an answer without usage).
+            for key in self._flying.pop(deployment):
+                sends = self._sends.get(key)
+                if sends is not None:
+                    for ticket in list(sends.flight):
+                        self._land(key, sends, ticket)
 
     def timed(self, deployment: str, seconds: float) -> None:
         old = self.latency_s.get(deployment)
@@ -331,10 +355,11 @@ class PoolState:
         for again in (True, False):
             epoch = self.store.epoch
             rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
-            ok, n, k = await self.store.records_take(key, rpm, tpm, tokens, _USAGE_TTL_S)
-            _bounded(self._records)[key] = {"n": float(n), "k": float(k)}
+            ok, n, k, e = await self.store.records_take(key, rpm, tpm, tokens, _USAGE_TTL_S)
+            _bounded(self._records)[key] = {"n": float(n), "k": float(k), "e": float(e)}
             if ok:
-                return Taken(epoch if self.store.epoch == epoch else None)
+                at = epoch if self.store.epoch == epoch else None
+                return Taken(at, self._fly((up.name, model), minute, tokens, at))
             sends = self._sends.get((up.name, model))
             credit = sends.credit.get(minute) if sends is not None else None
             if not again or credit is None or credit[0] != epoch \
@@ -344,16 +369,124 @@ class PoolState:
             # FLUSH_S): sent now, and asked once more. Else the deployment sat out the rest of
             # the minute with room left (162 refusals at 8,800 of 10,000 tokens, review).
             await self._sync([], minute)
-        # Refused for its tokens alone, the count was full of estimates still in flight (here or
-        # on other replicas), which their answers bring down to their usages within seconds: the
-        # deployment sits out until the next read of the records, not the minute. Held to the
-        # minute's end, a burst of 60 requests estimated at 200 tokens over three deployments of
-        # 2,000 a minute, answered at 19 each, left the pool answering 429 without a call for the
-        # rest of the minute at 10 % of its tokens used (review).
+        # Refused for its tokens alone, the count may be full of estimates still in flight (here
+        # or on other replicas), which their answers bring down to their usages within seconds:
+        # the deployment sits out until the next read of the records, not the minute, or until
+        # an answer of its calls here (``_land``). Held to the minute's end, a burst of 60
+        # requests estimated at 200 tokens over three deployments of 2,000 a minute, answered at
+        # 19 each, left the pool answering 429 without a call for the rest of the minute at 10 %
+        # of its tokens used (review). Whether the request waits for them is its view's
+        # ``settling`` (the count's ``e``, written above).
         by_requests = rpm is not None and n + 1 > rpm
         held = None if by_requests else (self._generation, self.store.epoch)
         _bounded(self._used_up)[(up.name, unscoped(model))] = ((minute + 1) * 60_000, limits, held)
         return None
+
+    # -- calls in flight against configured limits ----------------------------------------------
+
+    def landed(self, up: UpstreamConfig, model: str | None, mark: Mark) -> None:
+        """The call ``mark`` stands for is over without a usage to put in place of its estimate
+        (a failure, an answer that states none): its estimate stays counted (the cautious side),
+        no longer as in flight. Once per call (``used`` and ``refused`` land it too)."""
+        if mark.ticket:
+            key = (up.name, self.served(up, model))
+            sends = self._sends.get(key)
+            if sends is not None:
+                self._land(key, sends, mark.ticket)
+
+    def untaken(self, up: UpstreamConfig, model: str | None, taken: Taken) -> None:
+        """A ``take`` whose call was never made (its circuit opened meanwhile): not in flight."""
+        if taken.ticket:
+            key = (up.name, self.served(up, model))
+            sends = self._sends.get(key)
+            if sends is not None:
+                self._land(key, sends, taken.ticket)
+
+    def settling(self, up: UpstreamConfig, model: str | None, tokens: int) -> bool:
+        """Whether ``up``'s configured limits, as the last take found them (a refusal: no I/O),
+        refuse ``tokens`` for the estimates of calls in flight alone: its requests not used up,
+        and the request would fit were those answered at nothing (``Deployment.settling``)."""
+        limits = up.limits
+        if limits is None or limits.tokens_per_minute is None:
+            return False
+        model = self.served(up, model)
+        minute = self._minute()
+        rec = self._records.get(f"{self._keys_of(up.name, model)[4]}#{minute}") or {}
+        rpm, n = limits.requests_per_minute, rec.get("n", 0.0)
+        if rpm is not None and n + 1 > rpm:
+            return False
+        k = rec.get("k", 0.0) - self._in_flight(self._sends.get((up.name, model)), rec, minute)
+        return not passes(0, round(max(0.0, k)), None, limits.tokens_per_minute, tokens)
+
+    def answered(self, names: Sequence[str]) -> list[asyncio.Future[None]]:
+        """A future for each of ``names``, done at the next answer of a call of it in flight
+        here (``_land``): what a request waiting for room its estimates hold waits for, beside
+        the next read of the records (pipeline/pool.py). Shared: never cancel them."""
+        loop = asyncio.get_running_loop()
+        out = []
+        for name in names:
+            fut = self._answers.get(name)
+            if fut is None or fut.done():
+                fut = self._answers[name] = loop.create_future()
+            out.append(fut)
+        return out
+
+    def read_in_s(self, pool: str, model: str | None) -> float:
+        """Seconds until the records of ``pool`` and ``model`` are read again (``fresh``)."""
+        at = self._read_at.get((pool, model))
+        return 0.0 if at is None else max(0.0, self.cache_s - (self.monotonic() - at))
+
+    def _fly(self, key: tuple[str, str | None], minute: int, tokens: int, epoch: int | None) -> int:
+        """A call of ``tokens`` estimated, counted in ``minute``'s limits, in flight from now: its
+        ticket. ``epoch``: the store's, where a take counted it in the store's ``e``."""
+        sends = self._sends.get(key)
+        if sends is None:
+            sends = _bounded(self._sends)[key] = _Sends()
+        if len(sends.flight) >= _CACHE_MAX:  # answers never told (a bug): the oldest go
+            for ticket in list(sends.flight)[: _CACHE_MAX // 2]:
+                self._land(key, sends, ticket)
+        self._tickets += 1
+        sends.flight[self._tickets] = (minute, tokens, epoch)
+        self._flying.setdefault(key[0], set()).add(key)
+        return self._tickets
+
+    def _land(self, key: tuple[str, str | None], sends: _Sends, ticket: int) -> None:
+        """The call ``ticket`` stands for is in flight no more: its estimate comes off the store's
+        ``e`` with the next round trip (where the store holds it: the epoch it was taken in), a
+        request that waits for room there looks again, and a take's refusal here holds the
+        deployment out no longer (its room may be back: a usage below the estimate)."""
+        entry = sends.flight.pop(ticket, None)
+        if entry is None:
+            return
+        minute, tokens, epoch = entry
+        if epoch is not None and epoch == self.store.epoch and minute >= self._minute() - 1:
+            cell = sends.landed.get(minute)
+            if cell is None or cell[0] != epoch:
+                sends.landed[minute] = [epoch, tokens]
+            else:
+                cell[1] += tokens
+            if self._timer is None:
+                self._flush_later()
+        name = key[0]
+        held = self._used_up.get((name, unscoped(key[1])))
+        if held is not None and held[2] is not None and held[2][1] == self.store.epoch:
+            del self._used_up[(name, unscoped(key[1]))]
+        fut = self._answers.pop(name, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _in_flight(self, sends: _Sends | None, usage: Mapping[str, float], minute: int) -> float:
+        """Of ``minute``'s count of tokens (``usage``: the store's record), how many are the
+        estimates of calls still in flight: with a shared store, its ``e`` (every replica's
+        takes) less what this process saw answered since, not yet sent; on one process's
+        memory, its own calls in flight."""
+        if self._shared:
+            e = usage.get("e", 0.0)
+            landed = sends.landed.get(minute) if sends is not None else None
+            if landed is not None and landed[0] == self.store.epoch:
+                e -= landed[1]
+            return max(0.0, e)
+        return float(sum(t for m, t, _ in sends.flight.values() if m == minute)) if sends is not None else 0.0
 
     # -- what every answer tells ---------------------------------------------------------------
 
@@ -369,11 +502,12 @@ class PoolState:
         if sends.times and sends.times[0] < now_ms - _LOG_MS:
             sends.forget(now_ms, int(now_ms // 60_000))
         if isinstance(taken, Taken):
-            mark = Mark(sends.total, now_ms, taken.epoch)
+            mark = Mark(sends.total, now_ms, taken.epoch, ticket=taken.ticket)
         elif taken or up.limits is None:
             mark = Mark(sends.total, now_ms)
-        else:
-            mark = Mark(sends.total, now_ms, self.store.epoch, sends.flushes)
+        else:  # counted here (``pending``), in flight until answered: this process's own ``e``
+            ticket = self._fly((up.name, model), int(now_ms // 60_000), tokens, None)
+            mark = Mark(sends.total, now_ms, self.store.epoch, sends.flushes, ticket)
         sends.times.append(now_ms)
         sends.tokens.append((sends.tokens[-1] if sends.tokens else sends.tokens_before) + tokens)
         if up.limits is not None and not taken:
@@ -400,7 +534,10 @@ class PoolState:
         """The request ``mark`` stands for was answered 429: the provider did not count it, so
         neither does its headroom (the configured limits count every call). Counted, the 429s
         of a burst kept a pool predicted empty after its buckets had refilled."""
-        sends = self._sends.get((up.name, self.served(up, model)))
+        key = (up.name, self.served(up, model))
+        sends = self._sends.get(key)
+        if sends is not None and mark.ticket:
+            self._land(key, sends, mark.ticket)
         if sends is None or mark.index < sends.first:
             return
         sends.refused.append((mark.index, tokens))
@@ -426,10 +563,13 @@ class PoolState:
         went below what the other replicas had taken: 15,000 tokens admitted in a minute of
         10,000 (review). Elsewhere the difference is lost, the count held high to the minute's
         end (the cautious side)."""
+        key = (up.name, self.served(up, model))
+        sends = self._sends.get(key)
+        if sends is not None and mark.ticket:
+            self._land(key, sends, mark.ticket)  # answered: its estimate is in flight no more
         delta = tokens - estimate
         if not delta or tokens < 0:
             return
-        sends = self._sends.get((up.name, self.served(up, model)))
         if sends is None or mark.index < sends.first:
             return  # forgotten already: older than any reading it could correct
         cumulative = sends.tokens
@@ -617,6 +757,7 @@ class PoolState:
                 tokens_left, out_until, why = _kind(room["tr"], sent_k, room.get("tl"), room.get("tt"), tpm,
                                                     refused, at, now_ms, out_until, why,
                                                     _metered(need, room.get("tm", TOKENS_ALL)))  # fmt: skip
+        settling = short = False
         if limits is not None and not _states_limit(room):
             # Counted until a reading states a limit: one that says only what is left (Azure's)
             # took their place, and two deployments of 5 a minute were sent 20 calls of a burst
@@ -627,22 +768,37 @@ class PoolState:
             pending_n, pending_k = sends.pending.get(minute, (0, 0)) if sends else (0, 0)
             if sends and (credit := sends.credit.get(minute)) and credit[0] == self.store.epoch:
                 pending_k += credit[1]
+            held_else = out_until > now_ms  # out for something else (a sit-out, a reading)
             if rpm is not None:
                 counted, out_until, why = _left(rpm - usage.get("n", 0.0) - pending_n, rpm,
                                                 ends, now_ms, out_until, why)  # fmt: skip
                 requests_left = _scarcer(requests_left, counted)
             if tpm is not None:
-                counted, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
-                                                ends, now_ms, out_until, why, need[0])  # fmt: skip
+                before, counted_k = out_until, usage.get("k", 0.0) + pending_k
+                counted, out_until, why = _left(tpm - counted_k, tpm, ends, now_ms, out_until, why,
+                                                need[0])  # fmt: skip
                 tokens_left = _scarcer(tokens_left, counted)
+                # Out for its tokens alone (its requests, its other records leave it serving):
+                # ``settling`` when it would fit were the estimates of the calls in flight
+                # answered at nothing. Their answers put their usages in place (mostly less:
+                # the estimate is the prompt's bytes / 3.5): a request that waits for them is
+                # served within milliseconds; one that waited for the minute's end was served
+                # 20 s late, or answered 429 with a retry-after of 60 (review). Else its count
+                # is used up, which only the minute's end gives back.
+                short = out_until > max(now_ms, before) and not held_else
+                used = round(max(0.0, counted_k - self._in_flight(sends, usage, minute)))
+                settling = short and not passes(0, used, None, tpm, need[0])
         if self._used_up:
             used_up, found_against, held = self._used_up.get((up.name, unscoped(model)), (0, None, None))
             if used_up > max(now_ms, out_until) and found_against == up.limits and (
                     held is None or held[0] == self._generation or held[1] != self.store.epoch):
                 out_until, why = used_up, SitOut.HEADROOM
+                # A take refused for its tokens holds until the next read, which decides; one
+                # refused for its requests, or in a store that lost its counts since, the minute.
+                settling = held is not None and held[1] == self.store.epoch and (settling or not short)
         name = up.name
         return Deployment(index, name, up.weight, self.in_flight.get(name, 0), self.latency_s.get(name),
-                          requests_left, tokens_left, out_until, why)  # fmt: skip
+                          requests_left, tokens_left, out_until, why, settling)  # fmt: skip
 
     async def close(self) -> None:
         """At shutdown: what this process sent goes to the other replicas now, not never."""
@@ -742,14 +898,22 @@ class PoolState:
                         back.add(usage)
                 sends.pending.clear()
                 sends.flushes += 1
-            if sends.credit:
+            if sends.credit or sends.landed:
                 epoch = self.store.epoch
+                lower: dict[int, dict[str, int]] = {}
                 for m, (at, k) in sends.credit.items():
                     # At the epoch its estimate was counted in, or not at all (``used``); after
                     # the pending counts (``adds`` in order), which the floor at 0 must not cut.
                     if at == epoch and m >= minute - 1:
-                        credits.append((f"{nkey}#{m}", {"k": k}, _USAGE_TTL_S))
+                        lower[m] = {"k": k}
+                for m, (at, e) in sends.landed.items():
+                    # The estimates answered since come off the count's ``e`` with the usages
+                    # that took their place in its ``k``: a reader sees both or neither.
+                    if at == epoch and m >= minute - 1:
+                        lower.setdefault(m, {})["e"] = -e
+                credits += [(f"{nkey}#{m}", counts, _USAGE_TTL_S) for m, counts in lower.items()]
                 sends.credit.clear()
+                sends.landed.clear()
         adds += credits
         homes = [(k, home, ttl) for k, (home, ttl) in self._homes.items()]
         self._homes.clear()
@@ -811,7 +975,7 @@ class PoolState:
         await self._sync([], self._minute())
 
     def _unsent(self) -> bool:
-        return bool(self._homes) or any(sends.unreported or sends.pending or sends.credit
+        return bool(self._homes) or any(sends.unreported or sends.pending or sends.credit or sends.landed
                                         for sends in self._sends.values())  # fmt: skip
 
     def _minute(self) -> int:

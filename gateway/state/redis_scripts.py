@@ -236,19 +236,24 @@ return 1
 # ttl_ms, the marker's TTL in ms, the replica's instance id. A call sent again after its answer
 # was lost counts nothing more: it is answered taken, with the window as it is. The tokens also
 # go to the replica's own share of the count (``k:<instance>``), which caps what its usages below
-# their estimates may take off it later (RECORDS_ADD).
+# their estimates may take off it later (RECORDS_ADD), and to ``e``, the estimates of calls still
+# in flight, which each replica takes off (RECORDS_ADD) as its call is answered: a refusal says
+# how much of ``k`` they are (answered {ok, n, k, e}), so that one for estimates that the
+# answers will bring down waits for them, not for the minute's end.
 RECORDS_TAKE = """
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
 local k = tonumber(redis.call('HGET', KEYS[1], 'k') or '0')
-if redis.call('EXISTS', KEYS[2]) == 1 then return {1, n, k} end
-if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k} end
+local e = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
+if redis.call('EXISTS', KEYS[2]) == 1 then return {1, n, k, e} end
+if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k, e} end
 n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 k = redis.call('HINCRBY', KEYS[1], 'k', tokens)
+e = redis.call('HINCRBY', KEYS[1], 'e', tokens)
 redis.call('HINCRBY', KEYS[1], 'k:' .. ARGV[6], tokens)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
-return {1, n, k}
+return {1, n, k, e}
 """
 
 # The smallest size a pool deployment refused as over its tokens per minute (``f:`` records),
@@ -281,7 +286,9 @@ return {kept, ends}
 # estimates still hold of it (``k:<instance>``, raised with each of its adds and takes): a Redis
 # restarted from a snapshot, or a replica promoted while behind, keeps the ``kept`` marker but
 # lost the latest writes, the estimate among them, and the credit taken from the other
-# replicas' share let 12,100 tokens through a 10,000 minute. Never below nothing either.
+# replicas' share let 12,100 tokens through a 10,000 minute. Never below nothing either. An
+# ``e`` (the estimates in flight, RECORDS_TAKE) comes down whatever Redis lost: it admits
+# nothing, and held up where ``k`` is not lowered it would say room is coming that is not.
 RECORDS_ADD = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 0 end
 local kept = ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2]
@@ -297,7 +304,7 @@ for i = 3, #KEYS do
       if by < 0 then redis.call('HINCRBY', KEYS[i], own, by) end
     elseif name == 'k' and by > 0 then
       redis.call('HINCRBY', KEYS[i], own, by)
-    elseif by < 0 and not kept then
+    elseif by < 0 and not kept and name ~= 'e' then
       by = 0
     end
     if by ~= 0 and redis.call('HINCRBY', KEYS[i], name, by) < 0 then

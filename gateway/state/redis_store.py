@@ -881,19 +881,19 @@ class RedisStore:
         return await self._guard("stored_get", remote, lambda: _value(None))
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
-                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int, int]:
         args: list[str | int] = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s),
                                  self._op_marker_ms, self._instance]
         keys = [self._p + "d:" + key, self._op_marker()]
 
-        async def remote() -> tuple[bool, int, int]:
-            ok, n, k = await self._takes(keys, args)
+        async def remote() -> tuple[bool, int, int, int]:
+            ok, n, k, e = await self._takes(keys, args)
             # Every replica's count, mirrored: a replica that loses Redis counts on from it, not
             # from its own sends alone (which let it spend the whole limit once more).
-            await self.local.records_sync((), [(key, {"n": float(n), "k": float(k)}, ttl_s)])
-            return bool(ok), int(n), int(k)
+            await self.local.records_sync((), [(key, {"n": float(n), "k": float(k), "e": float(e)}, ttl_s)])
+            return bool(ok), int(n), int(k), int(e)
 
-        async def local() -> tuple[bool, int, int]:
+        async def local() -> tuple[bool, int, int, int]:
             return await self.local.records_take(key, requests_per_minute, tokens_per_minute, tokens, ttl_s)
 
         return await self._guard("records_take", remote, local)

@@ -140,11 +140,12 @@ class StateStore(Protocol):
         ...
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
-                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int, int]:
         """Atomically: count one request and ``tokens`` into the record's ``n`` and ``k`` unless
         that would pass a limit (``k`` past ``tokens_per_minute`` only once something was
-        counted: a request larger than the whole limit still gets a window of its own); then
-        (whether it was counted, ``n``, ``k``)."""
+        counted: a request larger than the whole limit still gets a window of its own), and the
+        tokens into its ``e`` too (the estimates of calls in flight, which ``records_sync``'s
+        adds take off as they are answered); then (whether it was counted, ``n``, ``k``, ``e``)."""
         ...
 
     async def records_least(self, key: str, tokens: float, until_ms: float,

@@ -12,13 +12,16 @@ import random
 import socket
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.config import parse_config
+from gateway.live import LIVE
 from gateway.state.pools import PoolState
-from tests.fakeupstream import FakeUpstream, Reply
+from tests.fakeupstream import FakeUpstream, Reply, chat_completion
 from tests.integration.conftest import Gateway, MakeGateway, same_minute
 from tests.integration.test_state_redis import REDIS, RedisServer, Replica, patient_replicas, redis_server
 
@@ -229,7 +232,8 @@ async def test_a_usage_below_the_estimate_takes_off_no_more_than_the_replica_s_o
     assert (await b.store.records_take(key, None, 10_000, 5_000, 120.0))[0]
     await a.store.records_sync((), adds=[(key, {"n": 1, "k": 1_000}, 120.0)])
     got, _, _ = await a.store.records_sync([key], adds=[(key, {"k": -4_000}, 120.0)])
-    assert got == [{"n": 3.0, "k": 5_000.0}]  # (the shares are not read back as counts)
+    # (the shares are not read back as counts; ``e``: the takes' estimates, none answered)
+    assert got == [{"n": 3.0, "k": 5_000.0, "e": 7_000.0}]
     got, _, _ = await a.store.records_sync([key], adds=[(key, {"k": -100}, 120.0)])
     assert got[0]["k"] == 5_000.0
     got, _, _ = await b.store.records_sync([key], adds=[(key, {"k": -4_900}, 120.0)])
@@ -357,3 +361,103 @@ async def test_a_token_count_refused_before_redis_restarted_empty_holds_to_the_m
         assert not pb.view(0, ups[0], "m", now_ms, (4000, 0)).serves_at(now_ms)
     finally:
         await pb.close()
+
+
+BURST_TPM = 2000
+
+
+@dataclass
+class Burst:
+    answers: list[tuple[int, Any, float]]  # (status, headers, seconds from the burst's start) of each
+    calls: dict[str, int]  # upstream calls per deployment
+    counts: dict[str, tuple[int, int]]  # each deployment's (requests, tokens) counted in Redis
+    took_s: float
+
+
+async def _burst_at_40(make_gateway: MakeGateway, redis: RedisServer, replicas: int = 2, usage: int = 19,
+                       requests: int = 60, retry: str = "") -> Burst:  # fmt: skip
+    """docs/pools.md's burst: 60 requests estimated at ~200 tokens each (their bytes / 3.5), at
+    0:40 of a minute (the gateways' clock), over three deployments of 2,000 tokens a minute,
+    answered in 50 ms at ``usage`` tokens each, split over ``replicas`` gateways on one Redis.
+    ``retry``: the gateways' ``retry`` section."""
+    made = [await FakeUpstream().start() for _ in range(3)]
+    fakes = {f"t{i}": f for i, f in enumerate(made)}
+    for f in made:
+        f.always = Reply(200, chat_completion(prompt_tokens=usage - 7, completion_tokens=7), delay_s=0.05)
+    shift = 40.0 - time.time() % 60  # the gateways' clock reads 0:40 now
+    if shift < -20:
+        shift += 60
+
+    def wall() -> float:
+        return time.time() + shift
+
+    upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, "
+                        f"limits: {{tokens_per_minute: {BURST_TPM}}}}}\n" for n, f in fakes.items())  # fmt: skip
+    extra = (f"pools: [{{name: gpt, models: ['gpt-*'], deployments: [{', '.join(fakes)}], "
+             "affinity: {enabled: false}}]\n"
+             f"state: {{backend: redis, url: '{redis.url}', timeout_ms: 2000}}\n"
+             + (f"retry: {retry}\n" if retry else ""))  # fmt: skip
+    gws = [await make_gateway(extra, fake=made[0], upstreams=upstreams, real_sleep=True, wall=wall)
+           for _ in range(replicas)]  # fmt: skip
+    for gw in gws:
+        # As a server's does within seconds of its start (``RedisStore._watch_kept``): until it
+        # knows the marker, no usage below an estimate lowers a count in Redis.
+        await gw.app[LIVE].services.store._kept_checked()
+    minute = int(wall() // 60)
+    text = "x" * 640  # with the envelope, ~200 tokens at 3.5 bytes each
+    started = time.monotonic()
+
+    async def one(gw: Gateway, i: int) -> tuple[int, Any, float]:
+        status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [
+            {"role": "user", "content": f"{i:03d} {text}"}]})  # fmt: skip
+        return status, headers, time.monotonic() - started
+
+    answers = list(await asyncio.gather(*(one(gws[i % replicas], i) for i in range(requests))))
+    took = time.monotonic() - started
+    for gw in gws:  # what each replica holds goes to Redis
+        ps = gw.app[LIVE].services.pool_state
+        assert ps is not None
+        await ps.close()
+    ps = gws[0].app[LIVE].services.pool_state
+    assert ps is not None
+    keys = [f"{ps._keys_of(n, 'gpt-4o-mini')[4]}#{minute}" for n in fakes]
+    got, _, _ = await gws[0].app[LIVE].services.store.records_sync(keys)
+    counts = {n: (int(rec.get("n", 0)), int(rec.get("k", 0))) for n, rec in zip(fakes, got, strict=True)}
+    for f in made:
+        await f.close()
+    return Burst(answers, {n: len(f.chat_requests()) for n, f in fakes.items()}, counts, took)
+
+
+async def test_a_burst_refused_for_estimates_in_flight_is_served_when_their_answers_come(
+    make_gateway: MakeGateway, redis_server: RedisServer,
+) -> None:
+    """Every deployment's count full of the estimates of requests still in flight: the answers
+    put 19 tokens each in place of ~200 within milliseconds. A request refused for those
+    estimates waited for the minute's end (27 answered at once, 27 after 20 s, 6 answered 429
+    after 20 s with ``retry-after: 60``); it now waits for those answers and tries again. One
+    call per request, each counted at its usage: no count past its limit."""
+    burst = await _burst_at_40(make_gateway, redis_server)
+    statuses = [s for s, _, _ in burst.answers]
+    assert statuses.count(200) == 60, (statuses, [h.get("retry-after") for s, h, _ in burst.answers if s != 200])
+    assert burst.took_s < 10, burst.took_s  # not the minute's end, 20 s away
+    assert all(h["x-llm-attempts"] == "1" for _, h, _ in burst.answers)
+    assert sum(burst.calls.values()) == 60, burst.calls  # one upstream call per request
+    assert burst.counts == {n: (c, 19 * c) for n, c in burst.calls.items()}
+
+
+async def test_a_burst_past_the_limits_is_told_the_minutes_end_once_usages_fill_them(
+    make_gateway: MakeGateway, redis_server: RedisServer,
+) -> None:
+    """300 requests of the same burst: the waits for estimates in flight end where the usages
+    fill the counts (each take passes only while its estimate fits beside them). The rest are
+    answered 429 with the minute's end (``retry.max_retry_after_s: 10``, 20 s away), no count
+    past its limit, one call per request served and none for the others."""
+    burst = await _burst_at_40(make_gateway, redis_server, requests=300, retry="{max_retry_after_s: 10}")
+    served = [h for s, h, _ in burst.answers if s == 200]
+    refused = [(h, at) for s, h, at in burst.answers if s != 200]
+    assert sum(burst.calls.values()) == len(served) and all(h["x-llm-attempts"] == "1" for h in served)
+    assert all(k <= BURST_TPM for _, k in burst.counts.values()), burst.counts
+    assert burst.counts == {n: (c, 19 * c) for n, c in burst.calls.items()}
+    assert all(k > BURST_TPM - 2 * 204 for _, k in burst.counts.values()), burst.counts  # (filled)
+    # The minute's end (at 0:40 + the seconds since the burst began), not a short wait.
+    assert refused and all(abs(int(h["retry-after"]) - (20 - at)) <= 1.5 for h, at in refused), refused[:3]

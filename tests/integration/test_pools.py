@@ -36,7 +36,7 @@ from tests.fakeupstream import (
     overflow_error,
     stream_events,
 )
-from tests.integration.conftest import Gateway, same_minute
+from tests.integration.conftest import Gateway, eventually, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
 # hour's wait without per-minute wording would read as a quota (budget), as it should.
@@ -1458,3 +1458,67 @@ async def test_a_compress_and_retry_on_a_sibling_leaves_the_home_where_it_was(ma
         assert "x-llm-compressed" not in h
     assert len(fakes[picked].chat_requests()) == 3  # the 429, then the two turns
     assert len(fakes[sibling].chat_requests()) == 2  # refused, answered compressed
+
+
+async def test_a_burst_refused_for_estimates_in_flight_is_served_when_their_answers_come(make_pool: MakePool) -> None:
+    """docs/pools.md's burst on one process's memory: 60 requests estimated at ~200 tokens (their
+    bytes / 3.5) at 0:40 of a minute over three deployments of 2,000 tokens a minute, answered in
+    50 ms at 19 tokens each. The counts full of the estimates of requests in flight, a request
+    waited for the minute's end, 20 s; it now waits for those answers (a settle here wakes it)
+    and tries again: each served in one call, and no count past its limit."""
+    shift = 40.0 - time.time() % 60
+    limits = ", limits: {tokens_per_minute: 2000}"
+    gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}", real_sleep=True,
+                                member_extra={n: limits for n in ("a", "b", "c")},
+                                wall=lambda: time.time() + shift)  # fmt: skip
+    for f in fakes.values():
+        f.always = Reply(200, chat_completion(), delay_s=0.05)  # 19 tokens: 12 in, 7 out
+    text = "x" * 640
+    started = time.monotonic()
+    got = await asyncio.gather(*(gw.chat(_chat(f"{i:03d} {text}")) for i in range(60)))
+    took = time.monotonic() - started
+    statuses = [s for s, _, _ in got]
+    assert statuses.count(200) == 60, (statuses, [h.get("retry-after") for s, h, _ in got if s != 200])
+    assert took < 10, took  # not the minute's end, 20 s away
+    assert all(h["x-llm-attempts"] == "1" for _, h, _ in got)
+    calls = _calls(fakes)
+    assert sum(calls.values()) == 60, calls
+    # Each minute's count: the usages, never past the limit.
+    ps = gw.app[LIVE].services.pool_state
+    assert ps is not None
+    await ps._flush()  # (what the process holds goes to its store)
+    minute = int((time.time() + shift) // 60)
+    keys = [f"{ps._keys_of(name, 'gpt-4o-mini')[4]}#{minute}" for name in calls]
+    counts, _, _ = await ps.store.records_sync(keys)
+    assert {n: (c.get("n"), c.get("k")) for n, c in zip(calls, counts, strict=True)} == \
+        {n: (c, 19 * c) for n, c in calls.items()}  # fmt: skip
+
+
+async def test_a_request_that_cannot_wait_for_estimates_in_flight_is_told_the_short_wait(make_pool: MakePool) -> None:
+    """With ``retry.max_retry_after_s: 0`` the gateway waits for nothing: a request refused only
+    for the estimates of two calls still in flight was answered 429 with the minute's end as its
+    ``retry-after`` (20 s at 0:40), where their answers give the room back within moments. It is
+    told 1 s, and its SDK may retry then (no ``x-should-retry: false``). A count used by what
+    the answers used is the minute's end, as before."""
+    shift = 40.0 - time.time() % 60
+    gw, fakes = await make_pool(names=("a",), pool_yaml=", affinity: {enabled: false}",
+                                extra="retry: {max_retry_after_s: 0}\n",
+                                member_extra={"a": ", limits: {tokens_per_minute: 500}"},
+                                wall=lambda: time.time() + shift)  # fmt: skip
+    answer = asyncio.Event()
+    fakes["a"].always = Reply(200, chat_completion(), until=answer)  # 19 tokens
+    text = "x" * 640  # ~200 tokens estimated
+    held = [asyncio.ensure_future(gw.chat(_chat(f"{i} {text}"))) for i in range(2)]
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 2, "two calls in flight")
+    status, headers, body = await gw.chat(_chat(f"2 {text}"))
+    assert status == 429 and headers["retry-after"] == "1", (status, dict(headers), body)
+    assert "x-should-retry" not in headers and b"requests in flight" in body
+    answer.set()
+    assert [r[0] for r in await asyncio.gather(*held)] == [200, 200]
+    assert (await gw.chat(_chat(f"3 {text}")))[0] == 200  # the room the answers gave back
+    # Used: answered far above their estimates, nothing in flight gives room back.
+    fakes["a"].always = Reply(200, chat_completion(completion_tokens=400))
+    assert (await gw.chat(_chat(f"4 {text}")))[0] == 200
+    status, headers, _ = await gw.chat(_chat(f"5 {text}"))
+    assert status == 429 and int(headers["retry-after"]) >= 15, dict(headers)  # the minute's end
+    assert len(fakes["a"].chat_requests()) == 4

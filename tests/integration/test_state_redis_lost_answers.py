@@ -99,9 +99,9 @@ async def test_an_admit_whose_answer_was_lost_counts_once(store: tuple[RedisStor
 async def test_a_pool_pick_whose_answer_was_lost_counts_once(store: tuple[RedisStore, list[str]]) -> None:
     s, fallbacks = store
     lose_next(b"t:d:dep#1")
-    assert await s.records_take("dep#1", 2, None, 100, 60) == (True, 1, 100)
+    assert await s.records_take("dep#1", 2, None, 100, 60) == (True, 1, 100, 100)
     assert LosingConnection.lost == 1 and not fallbacks
-    assert await s.records_take("dep#1", 2, None, 100, 60) == (True, 2, 200)  # the limit's second, not refused
+    assert await s.records_take("dep#1", 2, None, 100, 60) == (True, 2, 200, 200)  # the limit's second, not refused
 
 
 async def test_a_pool_sync_whose_answer_was_lost_adds_its_sends_once(store: tuple[RedisStore, list[str]]) -> None:

@@ -9,9 +9,13 @@ import pytest
 
 from gateway.errors import Classification, ErrorType
 from gateway.routing.pools import (
+    ESTIMATES_LOOK_S,
+    ESTIMATES_RETRY_AFTER_S,
     Deployment,
+    RoomWait,
     SitOut,
     break_reason,
+    estimates_wait,
     first,
     first_home,
     for_conversation,
@@ -263,3 +267,39 @@ def test_a_lone_process_gives_a_new_conversation_only_the_best() -> None:
     assert {first_home("latency", slow, random.random, f"id:{i}", apart=False).name for i in range(50)} == {"b"}
     full = [dep(0, tokens_left=0.95), dep(1, tokens_left=1.0)]
     assert {first_home("headroom", full, random.random, f"id:{i}", apart=False).name for i in range(50)} == {"b"}
+
+
+MINUTE_END = NOW_MS + 20_000  # 0:40: the minute ends in 20 s
+
+
+def _held(slot: int, settling: bool, until: int = MINUTE_END, why: SitOut = SitOut.HEADROOM) -> Deployment:
+    return dep(slot, out_until_ms=until, out_why=why, settling=settling)
+
+
+@pytest.mark.parametrize(("views", "read_in_s", "may_wait_s", "wait"), [
+    # The burst: every count full of the estimates of calls in flight. It waits for the next
+    # read (an answer here ends the wait sooner), not the minute's end, 20 s away.
+    ([_held(0, True), _held(1, True), _held(2, True)], 0.15, 30.0, RoomWait(0.15, 1.0, ("a", "b", "c"))),
+    # A read just made: it looks again after ESTIMATES_LOOK_S at least (never a busy loop).
+    ([_held(0, True)], 0.0, 30.0, RoomWait(ESTIMATES_LOOK_S, 1.0, ("a",))),
+    # One count used up by usages, one held by estimates: it waits for the one that will have room.
+    ([_held(0, False), _held(1, True)], 0.2, 30.0, RoomWait(0.2, 1.0, ("b",))),
+    # Within the time left to it only; with none left, answered with the short wait.
+    ([_held(0, True)], 0.2, 0.1, RoomWait(0.1, 1.0, ("a",))),
+    ([_held(0, True)], 0.2, 0.0, RoomWait(None, ESTIMATES_RETRY_AFTER_S, ("a",))),
+    # A count used up by usages, or by requests, everywhere: the minute's end, as any reset.
+    ([_held(0, False), _held(1, False)], 0.2, 30.0, None),
+    # A sibling's own reset (a 429's) comes before the next look: waited for as before.
+    ([_held(0, True), _held(1, False, NOW_MS + 100, SitOut.RATE_LIMIT)], 0.2, 30.0, None),
+    # ... but one that comes later is not what the request waits for first.
+    ([_held(0, True), _held(1, False, NOW_MS + 5_000, SitOut.RATE_LIMIT)], 0.2, 30.0, RoomWait(0.2, 1.0, ("a",))),
+    # Out for other reasons (a refused key) or no longer out: nothing to wait for here.
+    ([_held(0, False, NOW_MS + 3_600_000, SitOut.AUTH)], 0.2, 30.0, None),
+    ([_held(0, True, NOW_MS - 1)], 0.2, 30.0, None),
+])  # fmt: skip
+def test_a_pool_held_by_estimates_in_flight_waits_for_their_answers_not_the_minutes_end(
+        views: list[Deployment], read_in_s: float, may_wait_s: float, wait: RoomWait | None) -> None:  # fmt: skip
+    """docs/pools.md: a request refused only for the estimates of calls in flight waited for the
+    minute's end (a burst of 60 at 0:40: 27 answered at once, 27 after 20 s, 6 answered 429 with
+    ``retry-after: 60``), though their answers gave the room back within milliseconds."""
+    assert estimates_wait(views, NOW_MS, read_in_s, may_wait_s) == wait

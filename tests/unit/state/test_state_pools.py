@@ -389,7 +389,8 @@ async def test_configured_limits_are_taken_from_one_count_by_every_replica() -> 
         assert not v.serves_at(clock.now * 1000) and v.out_why is SitOut.HEADROOM and v.out_until_ms == ends
     a.sent(ups[0], MODEL, 10, taken=True)  # counted at the take: not again
     await a.refresh("p", ups, MODEL)
-    assert (await store.records_sync([f"n:a/{MODEL}#{int(T0 // 60)}"]))[0] == [{"n": 4, "k": 40}]
+    # (``e``: of those 40 tokens, the estimates of the calls in flight: none answered yet)
+    assert (await store.records_sync([f"n:a/{MODEL}#{int(T0 // 60)}"]))[0] == [{"n": 4, "k": 40, "e": 40}]
     clock.now = ends / 1000 + 1  # the next minute: full again
     assert a.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
     assert await b.take(ups[0], MODEL, 10)
@@ -703,7 +704,7 @@ async def test_names_mapped_to_one_model_share_its_count_sit_outs_and_headroom_a
     assert taken == [True, True, True, True, False]
     minute = int(T0 // 60)
     assert (await store.records_sync([f"n:a/gpt-4o#{minute}", f"n:a/gpt-4o-2024-08-06#{minute}"]))[0] == [
-        {"n": 4, "k": 40}, {}]  # fmt: skip
+        {"n": 4, "k": 40, "e": 40}, {}]  # fmt: skip
     # A 429 for one name sits the key out for the other: the provider limited gpt-4o.
     until = round(clock.now * 1000) + 20_000
     await a.sit_out(ups[1], ALIASES[1], until, SitOut.RATE_LIMIT)
@@ -1023,3 +1024,89 @@ async def test_a_take_refused_for_a_credit_not_yet_sent_sends_it_and_asks_once_m
     assert rec["k"] == count
     now_ms = clock.now * 1000
     assert a.view(0, ups[0], MODEL, now_ms).serves_at(now_ms) is taken  # refused: sits out
+
+
+async def test_a_count_full_of_estimates_in_flight_is_settling_on_one_process_memory() -> None:
+    """The memory backend counts its own sends: four calls of 250 estimated tokens in flight fill a
+    deployment's 1,000 a minute. Its view says so (``settling``: room once they are answered at
+    less), and an answer wakes a request that waits for it (``answered``); taken for the
+    minute's end, a burst waited 20 s for room its answers gave back in milliseconds (review).
+    Answered at their estimates, the count is used: the minute's end, as before."""
+    clock = Clock()
+    alone, _, _ = replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 1000}")
+    now_ms = clock.now * 1000
+    marks = [alone.sent(ups[0], MODEL, 250) for _ in range(4)]
+    v = alone.view(0, ups[0], MODEL, now_ms, (200, 0))
+    assert not v.serves_at(now_ms) and v.settling and v.out_until_ms == (int(T0 // 60) + 1) * 60_000
+    woken = alone.answered(["a"])
+    assert not woken[0].done()
+    alone.used(ups[0], MODEL, marks[0], 250, 19)
+    assert woken[0].done()
+    assert alone.view(0, ups[0], MODEL, now_ms, (200, 0)).serves_at(now_ms)  # 769 counted
+    for mark in marks[1:]:
+        alone.used(ups[0], MODEL, mark, 250, 250)  # at their estimates: no room comes back
+    alone.sent(ups[0], MODEL, 200)
+    v = alone.view(0, ups[0], MODEL, now_ms, (200, 0))
+    assert not v.serves_at(now_ms) and v.settling  # (the 200 just sent is in flight)
+    alone.release("a")  # none in flight here any more (its answer stated no usage)
+    v = alone.view(0, ups[0], MODEL, now_ms, (200, 0))
+    assert not v.serves_at(now_ms) and not v.settling  # 969 used: the minute's end
+
+
+async def test_a_call_over_without_a_usage_is_in_flight_no_more() -> None:
+    clock = Clock()
+    alone, _, _ = replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 1000}")
+    now_ms = clock.now * 1000
+    marks = [alone.sent(ups[0], MODEL, 500) for _ in range(2)]
+    assert alone.view(0, ups[0], MODEL, now_ms, (200, 0)).settling
+    alone.landed(ups[0], MODEL, marks[0])  # a failure, an answer without usage: its estimate stays
+    alone.landed(ups[0], MODEL, marks[0])  # (once)
+    assert alone.view(0, ups[0], MODEL, now_ms, (200, 0)).settling  # the other is still in flight
+    alone.refused(ups[0], MODEL, marks[1], 500)  # a 429: over too
+    assert not alone.view(0, ups[0], MODEL, now_ms, (200, 0)).settling
+
+
+async def test_a_take_refused_for_estimates_in_flight_serves_once_their_answers_reach_the_store() -> None:
+    """Redis's count keeps the estimates of the takes in flight (``e``) beside its tokens: a take
+    refused on B for A's calls in flight is ``settling``; A's answers at 10 tokens take their
+    estimates off both, and B serves at its next read. A count used by usages is not settling."""
+    clock = Clock()
+    a, b, store = shared_replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 1000}")
+    now_ms = clock.now * 1000
+    marks = []
+    for _ in range(2):
+        took = await a.take(ups[0], MODEL, 400)
+        assert took is not None
+        marks.append(a.sent(ups[0], MODEL, 400, took))
+    took = await b.take(ups[0], MODEL, 200)
+    assert took is not None
+    b_marks = [b.sent(ups[0], MODEL, 200, took)]
+    assert await b.take(ups[0], MODEL, 400) is None
+    v = b.view(0, ups[0], MODEL, now_ms, (400, 0))
+    assert not v.serves_at(now_ms) and v.settling and b.settling(ups[0], MODEL, 400)
+    for mark in marks:
+        a.used(ups[0], MODEL, mark, 400, 10)
+    await a.refresh("p", ups, MODEL)  # A's usages and answered estimates go to the store together
+    (rec,), _, _ = await store.records_sync([f"n:a/{MODEL}#{int(T0 // 60)}"])
+    assert (rec["k"], rec["e"]) == (220, 200)  # B's 200 still in flight
+    await b.refresh("p", ups, MODEL)
+    assert b.view(0, ups[0], MODEL, now_ms, (400, 0)).serves_at(now_ms)
+    took = await b.take(ups[0], MODEL, 400)
+    assert took is not None
+    b_marks.append(b.sent(ups[0], MODEL, 400, took))
+    # Used by usages: B's calls answered at their estimates, A's next ones above theirs; nothing
+    # in flight would give room back.
+    for mark, estimate in zip(b_marks, (200, 400), strict=True):
+        b.used(ups[0], MODEL, mark, estimate, estimate)
+    await b.refresh("p", ups, MODEL)
+    for _ in range(2):
+        took = await a.take(ups[0], MODEL, 150)
+        assert took is not None
+        a.used(ups[0], MODEL, a.sent(ups[0], MODEL, 150, took), 150, 180)
+    await a.refresh("p", ups, MODEL)
+    assert await b.take(ups[0], MODEL, 400) is None
+    v = b.view(0, ups[0], MODEL, now_ms, (400, 0))
+    assert not v.serves_at(now_ms) and not v.settling and not b.settling(ups[0], MODEL, 400)
