@@ -361,8 +361,12 @@ async def _exchange(
             if isinstance(reader, _SIGNING_READERS):
                 reader.signed = functools.partial(svc.signers.issued, deployment=call.up.cfg.name)
             try:
-                if token_s is None:
-                    peeked = await _peek_stream(svc, resp, headers, reader, head_at)
+                if head_at is not None and (token_s is None or sent + token_s > head_at):
+                    # Handed over at ``head_at`` without its words, the stream keeps their limit.
+                    words_by = None if token_s is None else sent + token_s
+                    peeked = await _peek_stream(svc, resp, headers, reader, head_at, words_by, call.dialect)
+                elif token_s is None:
+                    peeked = await _peek_stream(svc, resp, headers, reader)
                 else:
                     # A Deadline, not an asyncio.timeout scope: the scope costs ~4.4 µs per stream
                     # on Python 3.11 (a Timeout, a timer, a getpid(2) for the running loop), this
@@ -370,7 +374,7 @@ async def _exchange(
                     deadline = Deadline()
                     deadline.arm(max(0.0, token_s - (svc.monotonic() - sent)))
                     try:
-                        peeked = await _peek_stream(svc, resp, headers, reader, head_at)
+                        peeked = await _peek_stream(svc, resp, headers, reader)
                     except asyncio.CancelledError:
                         if not deadline.expired():
                             raise
@@ -484,13 +488,13 @@ def _abandoned(state: RequestState, usage: Mapping[str, int]) -> None:
 
 async def _peek_stream(
     svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]], reader: StreamReader,
-    head_at: float | None = None,
+    head_at: float | None = None, words_by: float | None = None, dialect: Dialect | None = None,
 ) -> Outcome:
     splitter = upstream_splitter()
     held: list[bytes] = []
     chunks = resp.iter_chunks()
     received = False
-    timed = None if head_at is None else _HeadTimed(chunks, svc, head_at)
+    timed = None if head_at is None else _HeadTimed(chunks, svc, head_at, words_by, dialect)
     try:
         async for chunk in chunks if timed is None else timed:
             if chunk is None:
@@ -562,11 +566,15 @@ def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str
 
 class _HeadTimed:
     """A stream's chunks, and None once ``at`` (on the services' clock) passes while the next
-    is awaited; that read goes on, and ``rest`` yields it first. Only a client with a bounded
-    head time pays a task per chunk read, and only until the first visible event."""
+    is awaited; that read goes on, and ``rest`` yields it first, then the others, bounded by
+    ``words_by`` until one holds a visible event (read apart, by a reader of its own, so the
+    relay's counts nothing twice): past it, a first-token timeout, as before the head went.
+    Only a client with a bounded head time pays a task per chunk read, and only until the
+    first visible event."""
 
-    def __init__(self, chunks: AsyncIterator[bytes], svc: Services, at: float) -> None:
-        self.chunks, self.svc, self.at = chunks, svc, at
+    def __init__(self, chunks: AsyncIterator[bytes], svc: Services, at: float, words_by: float | None,
+                 dialect: Dialect | None) -> None:  # fmt: skip
+        self.chunks, self.svc, self.at, self.words_by, self.dialect = chunks, svc, at, words_by, dialect
         self.pending: asyncio.Future[bytes] | None = None
 
     def __aiter__(self) -> _HeadTimed:
@@ -574,24 +582,50 @@ class _HeadTimed:
 
     async def __anext__(self) -> bytes | None:
         pending = self.pending = asyncio.ensure_future(anext(self.chunks))
-        try:
-            await asyncio.wait((pending,), timeout=max(0.0, self.at - self.svc.monotonic()))
-        except asyncio.CancelledError:
-            pending.cancel()
-            raise
-        if not pending.done():
+        if not await _within(pending, self.at - self.svc.monotonic()):
             return None
         self.pending = None
         return pending.result()  # StopAsyncIteration ends the peek's loop; a failure is raised
 
     async def rest(self) -> AsyncIterator[bytes]:
-        if self.pending is not None:
+        pending = self.pending
+        if self.words_by is None or self.dialect is None:
+            if pending is not None:
+                try:
+                    yield await pending
+                except StopAsyncIteration:
+                    return
+            async for chunk in self.chunks:
+                yield chunk
+            return
+        reader, splitter = self.dialect.reader(False), upstream_splitter()
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(self.chunks))
+            if not await _within(pending, self.words_by - self.svc.monotonic()):
+                pending.cancel()
+                raise UpstreamFailure(TransportError.FIRST_TOKEN_TIMEOUT)
             try:
-                yield await self.pending
+                chunk = pending.result()
             except StopAsyncIteration:
                 return
+            pending = None
+            yield chunk
+            kinds = [reader.kind(raw, committed=False) for raw in splitter.feed(chunk)]
+            if any(k is not EventKind.CONTENTLESS and k is not EventKind.SKIP for k in kinds):
+                break
         async for chunk in self.chunks:
             yield chunk
+
+
+async def _within(pending: asyncio.Future[bytes], wait_s: float) -> bool:
+    """Whether ``pending`` is done within ``wait_s``; it is cancelled with the caller."""
+    try:
+        await asyncio.wait((pending,), timeout=max(0.0, wait_s))
+    except asyncio.CancelledError:
+        pending.cancel()
+        raise
+    return pending.done()
 
 
 def _first_token_timeout(svc: Services, state: RequestState, call: Call, after_s: float) -> Failure:

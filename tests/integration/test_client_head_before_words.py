@@ -52,12 +52,13 @@ def chat_slow(words_after_s: float) -> Stream:
                   pause_s=words_after_s, pause_after=0)  # fmt: skip
 
 
-async def _ask(yaml: str, *steps: Stream, idle_s: float = 120) -> tuple[int, float, bytes, list[str]]:
+async def _ask(yaml: str, *steps: Stream, idle_s: float = 120,
+               first_token_s: float = 300) -> tuple[int, float, bytes, list[str]]:  # fmt: skip
     """The status, the seconds to the response head, the body, and the paths the fake was asked."""
     fake = await FakeUpstream().start()
     fake.script(*steps)
     root = fake.url.removesuffix("/v1")
-    cfg = parse_config(yaml.format(ROOT=root) + f"timeouts: {{connect_s: 5, first_byte_s: 300, idle_s: {idle_s}}}\n", env={})
+    cfg = parse_config(yaml.format(ROOT=root) + f"timeouts: {{connect_s: 5, first_byte_s: 300, idle_s: {idle_s}, first_token_s: {first_token_s}}}\n", env={})
     runner = make_runner(create_app(cfg), shutdown_timeout=0.5)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -93,6 +94,16 @@ async def test_a_begun_stream_that_never_speaks_ends_with_the_error_the_cli_retr
     assert status == 200 and head_s < HEAD_DUE_S + 0.9
     assert b'"status": "UNAVAILABLE"' in body.replace(b'":"', b'": "') and b"finishReason" not in body
     assert body.rstrip().endswith(b"}}") and b"\n{" in body  # the bare copy, after the event
+
+
+async def test_a_begun_stream_of_pings_only_is_still_left_at_first_token_s() -> None:
+    """timeouts.first_token_s bounds a stream that only pings, its head sent or not."""
+    pings = Stream([chunk({"role": "assistant", "content": ""}), *[b": ping\n\n"] * 40], delay_s=0.25)
+    t0 = time.monotonic()
+    status, head_s, body, _ = await _ask(CHAT_ONE, pings, first_token_s=HEAD_DUE_S + 1.5)
+    assert status == 200 and head_s < HEAD_DUE_S + 0.9
+    assert b"first_token_s" in body and b"finishReason" not in body
+    assert time.monotonic() - t0 < HEAD_DUE_S + 4.0  # not the 10 s of pings
 
 
 async def test_with_a_fallback_a_stream_without_words_is_still_cut_at_half_for_it(
