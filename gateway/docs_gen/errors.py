@@ -449,6 +449,8 @@ MEANINGS = {
     "connect": "The connection of a stream under way was lost.",
     "idle_timeout": "A stream under way sent no data within `timeouts.idle_s`.",
     "first_byte_timeout": "The upstream did not answer a stream under way in time.",
+    "first_token_timeout": "A stream whose head went to a client with a short head time (Gemini CLI) "
+    "showed nothing within `timeouts.first_token_s`.",
     "gateway_shutdown": "`server.drain_s` ran out before the answer began (with `retry-after`), or while the "
     "stream was under way; retryable, by another replica. In the Responses API's WebSocket mode, also the "
     "error frame (with its `stream_id`) of each turn a connection holds and has not started when the "

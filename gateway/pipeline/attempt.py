@@ -12,7 +12,7 @@ import asyncio
 import enum
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -158,6 +158,10 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         plan.head_cut = False
     token_s = first_token_s(svc, call)
     share_s = plan.head_share_s()
+    # The client's head may go before the stream's first words: these are then waited for as
+    # long as for any client, the share bounding only the upstream's own head.
+    head_at = plan.head_before_words() if call.mode is _STREAM else None
+    words_left_s = left_s
     if share_s is not None:
         # The client's head goes with the first visible event of a stream, with the whole
         # answer otherwise: both timers must leave room for the next try. Half of the client's
@@ -173,7 +177,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         plan.cut_at_s = share_s
     head_s = min(svc.limits.first_byte_s, left_s)
     if token_s is not None:
-        token_s = min(token_s, left_s)  # a stream showing nothing must not outlive the deadline
+        # A stream showing nothing must not outlive the deadline.
+        token_s = min(token_s, left_s if head_at is None else words_left_s)
     headers = svc.tracing.attempt_started(state, call, body)  # the call's own, plus traceparent when on
     request = UpstreamRequest(
         call.method, call.url, headers, body,
@@ -186,7 +191,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         t0 = svc.monotonic()
     token_first = token_s is not None and token_s < head_s
     call.head_s = None
-    outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
+    outcome = await _exchange(svc, state, request, call, token_s, token_first, mark, head_at)
     if mark is not None and isinstance(outcome, Failure):
         svc.pool_state.landed(call.up.cfg, state.pool_model, mark)  # type: ignore[union-attr]
     if isinstance(outcome, Failure) and call.up.secrets:
@@ -322,10 +327,11 @@ def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
 
 async def _exchange(
     svc: Services, state: RequestState, request: UpstreamRequest, call: Call,
-    token_s: float | None, token_first: bool, mark: Mark | None = None,
+    token_s: float | None, token_first: bool, mark: Mark | None = None, head_at: float | None = None,
 ) -> Outcome:  # fmt: skip
     """``token_s``: a stream's first-token limit (None: none); ``token_first``: it is shorter
-    than the head's own, so a head that does not come in time is a first-token timeout."""
+    than the head's own, so a head that does not come in time is a first-token timeout;
+    ``head_at``: when a begun stream is handed to the relay without its first words."""
     mode = call.mode
     sent = svc.monotonic()
     svc.busy_poll.touch()  # the sender writes, then the loop waits for the answer
@@ -371,7 +377,11 @@ async def _exchange(
             if isinstance(reader, _SIGNING_READERS):
                 reader.signed = functools.partial(svc.signers.issued, deployment=call.up.cfg.name)
             try:
-                if token_s is None:
+                if head_at is not None and (token_s is None or sent + token_s > head_at):
+                    # Handed over at ``head_at`` without its words, the stream keeps their limit.
+                    words_by = None if token_s is None else sent + token_s
+                    peeked = await _peek_stream(svc, resp, headers, reader, head_at, words_by, call.dialect)
+                elif token_s is None:
                     peeked = await _peek_stream(svc, resp, headers, reader)
                 else:
                     # A Deadline, not an asyncio.timeout scope: the scope costs ~4.4 µs per stream
@@ -493,14 +503,22 @@ def _abandoned(state: RequestState, usage: Mapping[str, int]) -> None:
 
 
 async def _peek_stream(
-    svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]], reader: StreamReader
+    svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]], reader: StreamReader,
+    head_at: float | None = None, words_by: float | None = None, dialect: Dialect | None = None,
 ) -> Outcome:
     splitter = upstream_splitter()
     held: list[bytes] = []
     chunks = resp.iter_chunks()
     received = False
+    timed = None if head_at is None else _HeadTimed(chunks, svc, head_at, words_by, dialect)
     try:
-        async for chunk in chunks:
+        async for chunk in chunks if timed is None else timed:
+            if chunk is None:
+                # The client's head is due and the words have not come: the stream goes to the
+                # relay as it is, the chunk being awaited with it.
+                assert timed is not None
+                return Success(200, headers, response=resp, chunks=timed.rest(), held=held, rest=[],
+                               splitter=splitter, sse=True, reader=reader)  # fmt: skip
             received = received or bool(chunk)
             for i, raw in enumerate(events := splitter.feed(chunk)):
                 kind = reader.kind(raw, committed=False)
@@ -560,6 +578,70 @@ def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str
             reset = reset if reset is not None else round(svc.wall() * 1000) + UNSTATED_WINDOW_MS
         if left is not None and limit:
             gauge.set(name, kind, left, limit, reset)
+
+
+class _HeadTimed:
+    """A stream's chunks, and None once ``at`` (on the services' clock) passes while the next
+    is awaited; that read goes on, and ``rest`` yields it first, then the others, bounded by
+    ``words_by`` until one holds a visible event (read apart, by a reader of its own, so the
+    relay's counts nothing twice): past it, a first-token timeout, as before the head went.
+    Only a client with a bounded head time pays a task per chunk read, and only until the
+    first visible event."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], svc: Services, at: float, words_by: float | None,
+                 dialect: Dialect | None) -> None:  # fmt: skip
+        self.chunks, self.svc, self.at, self.words_by, self.dialect = chunks, svc, at, words_by, dialect
+        self.pending: asyncio.Future[bytes] | None = None
+
+    def __aiter__(self) -> _HeadTimed:
+        return self
+
+    async def __anext__(self) -> bytes | None:
+        pending = self.pending = asyncio.ensure_future(anext(self.chunks))
+        if not await _within(pending, self.at - self.svc.monotonic()):
+            return None
+        self.pending = None
+        return pending.result()  # StopAsyncIteration ends the peek's loop; a failure is raised
+
+    async def rest(self) -> AsyncIterator[bytes]:
+        pending = self.pending
+        if self.words_by is None or self.dialect is None:
+            if pending is not None:
+                try:
+                    yield await pending
+                except StopAsyncIteration:
+                    return
+            async for chunk in self.chunks:
+                yield chunk
+            return
+        reader, splitter = self.dialect.reader(False), upstream_splitter()
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(self.chunks))
+            if not await _within(pending, self.words_by - self.svc.monotonic()):
+                pending.cancel()
+                raise UpstreamFailure(TransportError.FIRST_TOKEN_TIMEOUT)
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield chunk
+            kinds = [reader.kind(raw, committed=False) for raw in splitter.feed(chunk)]
+            if any(k is not EventKind.CONTENTLESS and k is not EventKind.SKIP for k in kinds):
+                break
+        async for chunk in self.chunks:
+            yield chunk
+
+
+async def _within(pending: asyncio.Future[bytes], wait_s: float) -> bool:
+    """Whether ``pending`` is done within ``wait_s``; it is cancelled with the caller."""
+    try:
+        await asyncio.wait((pending,), timeout=max(0.0, wait_s))
+    except asyncio.CancelledError:
+        pending.cancel()
+        raise
+    return pending.done()
 
 
 def _first_token_timeout(svc: Services, state: RequestState, call: Call, after_s: float) -> Failure:

@@ -532,6 +532,8 @@ _TRANSPORT_TEXT = {
     TransportError.RESET: "the upstream connection was reset mid-stream",
     TransportError.CONNECT: "the upstream connection was lost",
     TransportError.FIRST_BYTE_TIMEOUT: "the upstream did not respond in time",
+    # A stream whose head went to a client before its first words (pipeline/attempt._HeadTimed).
+    TransportError.FIRST_TOKEN_TIMEOUT: "the upstream sent no output within timeouts.first_token_s",
 }
 
 

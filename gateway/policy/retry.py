@@ -147,8 +147,22 @@ class RetryPlan:
         if self.head_by is None:
             return None
         left = max(0.0, self.head_by - self.now())
-        whole = self.last_hop and not self.answer_in_hand and not (self.circuit_probe and self.siblings_left)
-        return left if whole or left / 2 < HEAD_FLOOR_S else left / 2
+        return left if self.nothing_follows() or left / 2 < HEAD_FLOOR_S else left / 2
+
+    def nothing_follows(self) -> bool:
+        """Whether no other upstream could answer should this attempt be cut at the client's
+        head time: the last hop, no answer in hand, not a probe beside an untried sibling."""
+        return self.last_hop and not self.answer_in_hand and not (self.circuit_probe and self.siblings_left)
+
+    def head_before_words(self) -> float | None:
+        """When a stream whose upstream has begun it (its head came, its first words not yet)
+        gets its head sent to the client, so that a client that waits for the head no longer
+        than ``head_by`` keeps waiting for the words, as it would on its provider: a model
+        thinking or reading a long prompt before its first token (Gemini CLI waits 60 s for a
+        head, 300 s between body reads). Only when nothing follows: while a fallback may,
+        the attempt is cut at its share, so the fallback can still answer. None: not sent
+        before the first visible event."""
+        return self.head_by if self.head_by is not None and self.nothing_follows() else None
 
     def head_room(self, wait_s: float = 0.0) -> bool:
         """Whether an attempt starting ``wait_s`` from now would have at least ``HEAD_FLOOR_S``

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ROOT, RunningGateway, launch_cli
+from tests.e2e.conftest import ROOT, RunningGateway, base_env, free_port, launch_cli, start
 from tests.e2e.test_codex_chat import call, text
 from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
 
@@ -45,7 +46,7 @@ def gemini_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory)
 
 
 def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str,
-               model: str | None = MODEL) -> subprocess.CompletedProcess[str]:
+               model: str | None = MODEL, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
     """``gemini -p``; ``model`` None: the stock "auto", a routing call before each answer."""
     home, work = tmp / "home", tmp / "work"
     (home / ".gemini").mkdir(parents=True, exist_ok=True)
@@ -60,7 +61,7 @@ def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str,
     }  # fmt: skip
     chosen = ["-m", model] if model else []
     return subprocess.run([str(gemini), "-p", prompt, *chosen, "--output-format", "text"], env=env, cwd=work,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)  # fmt: skip
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
 
 
 def sent(up: FakeUpstream) -> list[dict[str, Any]]:
@@ -162,3 +163,30 @@ def test_headless_a_broken_stream_continued_by_the_gateway_prints_one_answer(
     assert done.stdout.strip() == "Once upon a time.", done.stdout
     continued = sent(upstream)[1]["messages"][-1]
     assert continued == {"role": "assistant", "content": "Once upon a", "prefix": True}
+
+
+@pytest.mark.timeout(240)
+def test_a_stream_whose_first_words_come_after_60_s_is_answered(
+    gemini: Path, fake: FakeUpstream, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """An upstream that begins its stream at once and shows its first words after 62 s (a long
+    prompt's prefill, a model thinking silently), with the stock timeouts: the CLI waits 60 s
+    for a head, then 300 s between body reads. The gateway sends the head at 57 s and waits on.
+    Before, the CLI got a 504 at 57 s, then 504s from memory and 57 s probes, never an answer
+    (the same CLI pointed at a Gemini API fake that waits so printed the answer at 77 s)."""
+    (tmp_path / "gw").mkdir()
+    port = free_port()
+    config = tmp_path / "gw" / "gateway.yaml"
+    config.write_text(f"server: {{port: {port}}}\n"
+                      f"upstreams: [{{name: primary, base_url: '{fake.url}', apis: [chat]}}]\n")  # fmt: skip
+    gw = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port,
+               tmp_path / "gw" / "gateway.log")  # fmt: skip
+    try:
+        upstream.script(Stream([chunk({"role": "assistant", "content": "Slow"}), chunk({"content": " answer."}),
+                                chunk({}, "stop")], pause_s=62, pause_after=0))  # fmt: skip
+        done = run_gemini(gemini, gw, tmp_path, "say hi", timeout_s=200)
+    finally:
+        gw.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "Slow answer."
+    assert len(upstream.requests) == 1
