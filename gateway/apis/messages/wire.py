@@ -115,6 +115,7 @@ _BODY_UNREADABLE = {
 # Events that never show the user anything; held back so an early failure can be replayed.
 _CONTENTLESS = frozenset({"message_start", "ping"})
 _DELTA_EVENT = b"event: content_block_delta\n"
+_DELTA_LEN = len(_DELTA_EVENT)
 
 
 # Read on every relayed event as module names: on Python 3.11 (the shipped image's) reading a
@@ -331,7 +332,7 @@ class AnthropicStreamReader(ShownText):
             if err is not None:
                 self.error = err
                 return _ERROR_KIND
-        if committed and raw[:27] == _DELTA_EVENT:
+        if committed and raw[:_DELTA_LEN] == _DELTA_EVENT:
             # A block's delta, most of a stream's events: no usage, server tool or end comes in
             # one (Anthropic names each event as its data's type), so only a signature and the
             # tracked text are looked for (about 30 bytecodes fewer an event, issue #38).
