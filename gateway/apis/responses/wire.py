@@ -68,6 +68,8 @@ _STATUS_FOR_CODE = {
     "context_length_exceeded": 400, "invalid_prompt": 400, "invalid_request_error": 400,
 }  # fmt: skip
 _SEQ = re.compile(rb'"sequence_number":\s*(\d+)')
+_TEXT_DELTA_EVENT = b"event: response.output_text.delta\n"
+_TEXT_DELTA_LEN = len(_TEXT_DELTA_EVENT)
 
 
 _GATEWAY_THINKING = GATEWAY_THINKING_MARK.encode()
@@ -285,6 +287,16 @@ class ResponsesStreamReader:
                 return _ERROR_KIND
         if seq is not None:
             self.next_seq = int(seq.group(1)) + 1
+        if committed and raw[:_TEXT_DELTA_LEN] == _TEXT_DELTA_EVENT:
+            # A text delta, most of an answer's events: no search or end comes in one (OpenAI
+            # names each event as its data's type), so only the text a continuation needs is
+            # looked at (its name holds "output_", as the test below asks; issue #38).
+            if self.shown is not None:
+                event = event or self.parsed_events.parse(raw)
+                tracked = event.json()
+                if isinstance(tracked, dict):
+                    self.shown.see(tracked)
+            return _VISIBLE_KIND
         if self.shown is not None and (
             raw.partition(b"output_")[1] or raw.partition(b"content_part")[1] or raw.partition(b"refusal")[1]
         ):

@@ -49,6 +49,25 @@ def test_committed_stream_tracks_end_usage_and_sequence() -> None:
     assert r.next_seq == len(STREAM)
 
 
+def test_a_text_delta_after_commit_still_numbers_the_stream_and_keeps_its_text() -> None:
+    """A ``response.output_text.delta`` is read on its name after commit (``_TEXT_DELTA_EVENT``):
+    its sequence number and the text a continuation needs are still taken, and words in it that
+    name the end are no end."""
+    tracked, plain = D.reader(False), D.reader(False)
+    tracked.track()
+    for r in (tracked, plain):
+        for raw in STREAM[:4]:
+            r.kind(raw, committed=False)
+    delta = sse("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": 41,
+                                               "item_id": "msg_1", "output_index": 0, "content_index": 0,
+                                               "delta": 'response.completed "web_search_call"'})  # fmt: skip
+    usage = dict(tracked.usage)
+    assert [r.kind(delta, committed=True) for r in (tracked, plain)] == [EventKind.VISIBLE] * 2
+    assert tracked.next_seq == plain.next_seq == 42
+    assert tracked.shown_text().endswith('response.completed "web_search_call"')
+    assert tracked.usage == usage and not tracked.ended
+
+
 def test_stream_errors_are_normalised_for_the_classifier() -> None:
     r = D.reader(False)
     r.kind(sse("error", {"type": "error", "sequence_number": 3, "code": "rate_limit_exceeded",
