@@ -57,6 +57,7 @@ class Case:
 
 _CHAT_KEY = (("Authorization", "Bearer sk-bench"),)
 _MESSAGES_KEY = (("x-api-key", "sk-bench"), ("anthropic-version", "2023-06-01"))
+_RESPONSES_STREAM_BODY = '{"model":"gpt-4o-mini","input":"Hello, how are you?","stream":true}'
 CASES = [
     Case("minimal proxy, chat buffered", "/v1/chat/completions", load.BODY, _CHAT_KEY, minimal=True),
     Case("minimal proxy, chat stream", "/v1/chat/completions", load.STREAM_BODY, _CHAT_KEY, minimal=True),
@@ -67,6 +68,9 @@ CASES = [
     # Claude Code's own path: a Messages client on a Messages upstream.
     Case("gateway, Messages native buffered", "/v1/messages", MESSAGES_BODY, _MESSAGES_KEY, "apis: [messages], "),
     Case("gateway, Messages native stream", "/v1/messages", MESSAGES_STREAM_BODY, _MESSAGES_KEY, "apis: [messages], "),
+    # Codex's API: a Responses client on a Responses upstream, and on a chat-only one.
+    Case("gateway, Responses native stream", "/v1/responses", _RESPONSES_STREAM_BODY, _CHAT_KEY, "apis: [responses], "),
+    Case("gateway, Responses → chat stream", "/v1/responses", _RESPONSES_STREAM_BODY, _CHAT_KEY, "apis: [chat], "),
     # A chat client (opencode, Codex's chat mode) on an Anthropic Messages upstream.
     Case("gateway, chat → Messages buffered", "/v1/chat/completions", load.BODY, _CHAT_KEY, "apis: [messages], "),
     Case("gateway, chat → Messages stream", "/v1/chat/completions", load.STREAM_BODY, _CHAT_KEY, "apis: [messages], "),
