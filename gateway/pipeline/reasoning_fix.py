@@ -39,6 +39,7 @@ from gateway.policy.foreign_reasoning import (
     refused_unthought,
     strip,
     thinking_left_out,
+    thinks,
 )
 from gateway.policy.retry import RetryPlan
 from gateway.policy.thinking_signers import MARKS, item_mark, mark_of
@@ -144,7 +145,7 @@ def _note(svc: Services, state: RequestState, before: dict[str, Any], after: dic
     labels = (state.reasoning_dropped or "").split(",")
     if before.get("messages") is not after.get("messages"):
         labels.append("thinking")
-    if "thinking" in before and "thinking" not in after:
+    if thinks(before) and not thinks(after):
         labels.append("thinking_off")
         messages = after.get("messages")
         svc.signers.went_off(loop_calls(messages) if isinstance(messages, list) else ())

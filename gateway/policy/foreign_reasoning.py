@@ -34,9 +34,12 @@ lost, which the client never showed; the answer is asked for as before.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from gateway.apis.messages.claude_models import DISABLED, LEAST, thinking_for
 
 # How the gateway carries Claude's signed thinking in a Responses reasoning item's
 # ``encrypted_content`` and a Gemini part's ``thoughtSignature`` (``translate/sealed_thinking.py``):
@@ -111,6 +114,7 @@ def thinking_left_out(
     last = turns[-1] if turns else -1
     kept_messages: list[Any] = []
     removed = last_lost = False
+    lost: set[int] = set()  # the assistant turns that lost a block, by identity
     for i, m in enumerate(messages):
         owned = i >= since and isinstance(m, dict) and m.get("role") == "assistant"
         content = m.get("content") if owned else None
@@ -122,16 +126,20 @@ def thinking_left_out(
                 if not kept:
                     continue  # a turn that was thinking alone says nothing to the model
                 m = {**m, "content": kept}
+                lost.add(id(m))
         kept_messages.append(m)
     if not removed:
         return None
     out = {**doc, "messages": kept_messages}
-    if last_lost and _calls_tools(messages[last]) and _thinking_on(doc):
+    loop_lost = any(id(kept_messages[i]) in lost for i in _open_loop(kept_messages))
+    if loop_lost and thinks(doc) and _always_thinks(doc):
+        # A model that thinks on every request takes no step of this loop without its thinking.
+        _loop_in_words(out)
+    elif last_lost and _calls_tools(messages[last]) and thinks(doc):
         # Anthropic: "When `thinking` is enabled, a final `assistant` message must start with a
         # thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks)";
         # the loop's own block is the one left out, so this request is asked without thinking.
-        del out["thinking"]
-        _without_thinking_edits(out)
+        _unthought(out)
     return out
 
 
@@ -158,7 +166,7 @@ def loop_unthought(
     relay has no such block: the loop goes on without thinking until the user's next turn, when
     the request asks with thinking as the client wrote it. Only the last two messages are read."""
     messages = doc.get("messages")
-    if not _thinking_on(doc) or not isinstance(messages, list) or len(messages) < 2:
+    if not thinks(doc) or not isinstance(messages, list) or len(messages) < 2:
         return None
     turn, results = messages[-2], messages[-1]
     if not (isinstance(results, dict) and results.get("role") == "user" and _has(results, "tool_result")):
@@ -172,9 +180,102 @@ def loop_unthought(
         return None
     if asked_off is not None and not any(asked_off(i) for i in loop_calls(messages[:-2])):
         return None
-    out = {k: v for k, v in doc.items() if k != "thinking"}
-    _without_thinking_edits(out)
+    out = dict(doc)
+    _unthought(out)
     return out
+
+
+def _unthought(out: dict[str, Any]) -> None:
+    """``out`` (a copy of the request, changed in place) asked so that its tool loop's last turn
+    may go without the thinking block it has not: without thinking where the model thinks only
+    when asked; with ``thinking: {type: disabled}`` where it thinks on a request without it
+    (``claude_models.DISABLED``: Opus and Sonnet 5, at effort high at most, as their migration
+    guide takes "disabled"); and where it thinks on every request and refuses "disabled"
+    (``LEAST``: Opus and Sonnet 5.5, Fable and Mythos 5 on) with the loop's turns and their
+    results said in words (``_loop_in_words``): there is no request of that loop such a model
+    takes."""
+    model = out.get("model")
+    off = thinking_for(model).off if isinstance(model, str) else ""
+    if off == LEAST:
+        _loop_in_words(out)
+        return
+    out.pop("thinking", None)
+    _without_thinking_edits(out)
+    if off == DISABLED:
+        out["thinking"] = {"type": "disabled"}
+        config = out.get("output_config")
+        if isinstance(config, dict) and config.get("effort") in ("xhigh", "max"):
+            out["output_config"] = {**config, "effort": "high"}
+
+
+def _always_thinks(doc: Mapping[str, Any]) -> bool:
+    model = doc.get("model")
+    return isinstance(model, str) and thinking_for(model).off == LEAST
+
+
+def _open_loop(messages: list[Any]) -> list[int]:
+    """The indexes of the assistant turns of the tool loop ``messages`` end in (``loop_calls``)."""
+    found: list[int] = []
+    i = len(messages) - 1
+    while i >= 1:
+        results, turn = messages[i], messages[i - 1]
+        if not (isinstance(results, dict) and results.get("role") == "user" and _has(results, "tool_result")):
+            break
+        if not (isinstance(turn, dict) and turn.get("role") == "assistant" and _calls_tools(turn)):
+            break
+        found.append(i - 1)
+        i -= 2
+    return found
+
+
+def _loop_in_words(out: dict[str, Any]) -> None:
+    """The tool loop in progress, each of its turns' calls and the results after them, as text:
+    the request then ends on a user turn of text (and any images a result held), which the model
+    reads and thinks on, where a step of the loop without its thinking is refused on a model that
+    always thinks (Anthropic holds every step of the loop to it). Other blocks stay as they were."""
+    messages = list(out["messages"])
+    for at in _open_loop(messages):
+        messages[at], messages[at + 1] = _in_words(messages[at], messages[at + 1])
+    out["messages"] = messages
+
+
+def _in_words(turn: dict[str, Any], results: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    names: dict[Any, Any] = {}
+    said: list[dict[str, Any]] = []
+    for block in turn["content"]:
+        if _is_call(block):
+            names[block.get("id")] = block.get("name")
+            called = f"[called the tool {block.get('name')} (id {block.get('id')})"
+            said.append({"type": "text", "text": f"{called} with {json.dumps(block.get('input'))}]"})
+        elif not (isinstance(block, dict) and block.get("type") in THOUGHT):
+            said.append(block)
+    answered: list[dict[str, Any]] = []
+    for block in results["content"]:
+        if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+            answered.append(block)
+            continue
+        inner = block.get("content")
+        parts = [{"type": "text", "text": inner}] if isinstance(inner, str) else inner
+        parts = parts if isinstance(parts, list) else []
+        given = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+        texts: list[str] = [t for t in given if isinstance(t, str) and t]
+        failed = " (an error)" if block.get("is_error") else ""
+        call = block.get("tool_use_id")
+        head = f"[the tool {names.get(call, 'call')} (id {call}) returned{failed}:]"
+        answered.append({"type": "text", "text": "\n".join([head, *texts]) if texts else f"{head} nothing"})
+        answered += [p for p in parts if isinstance(p, dict) and p.get("type") == "image"]
+    return {**turn, "content": said}, {**results, "content": answered}
+
+
+def thinks(doc: Mapping[str, Any]) -> bool:
+    """Whether a Messages request is asked with thinking: on as it says, or, saying nothing, on
+    a model that thinks on a request without it (``claude_models``: Opus and Sonnet 5 on, Fable,
+    Mythos)."""
+    if _thinking_on(doc):
+        return True
+    model = doc.get("model")
+    unasked = isinstance(model, str) and thinking_for(model).off in (DISABLED, LEAST)
+    return doc.get("thinking") is None and unasked
 
 
 def loop_calls(messages: list[Any]) -> list[str]:

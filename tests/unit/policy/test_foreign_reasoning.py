@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway.fake.messages_rules import refusal
 from gateway.policy.foreign_reasoning import (
     GATEWAY_THINKING_MARK,
     GEMINI_SKIP,
@@ -89,6 +90,37 @@ def test_mid_tool_loop_the_thinking_goes_and_thinking_with_it() -> None:
     assert out["messages"][1] == {"role": "assistant", "content": [CALL]}
     assert "thinking" not in out and "context_management" not in out  # its edits need thinking on
     assert out["output_config"] == {"effort": "high"} and out["messages"][2] == RESULT
+
+
+def test_a_model_that_thinks_unasked_is_told_not_to_and_one_that_always_thinks_reads_the_loop_in_words() -> None:
+    """Left out, ``thinking`` on Opus and Sonnet 5 is still adaptive thinking, and on Opus 5.5
+    (Claude Code 2.1.332's model) every request thinks, so the loop's turn without its block was
+    refused again ("Expected `thinking` or `redacted_thinking`, but found `tool_use`"): the first
+    is told "disabled" (at effort high at most), the second gets the loop's last turn and its
+    results as text, which the fake, holding Anthropic's rules, takes."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                           "content": [{"type": "text", "text": "a.txt"}, image]}]}  # fmt: skip
+    loop = [{"role": "user", "content": "list files"}, {"role": "assistant", "content": [thought(), CALL]}, result]
+    tools = [{"name": "ls", "input_schema": {"type": "object", "properties": {}}}]
+    on_5 = strip("messages", {**claude_code_like(*loop), "model": "claude-opus-5", "output_config": {"effort": "max"},
+                              "tools": tools})  # fmt: skip
+    assert on_5 is not None and on_5["thinking"] == {"type": "disabled"} and on_5["output_config"] == {"effort": "high"}
+    assert on_5["messages"][1] == {"role": "assistant", "content": [CALL]}
+    always = {**claude_code_like(*loop), "model": "claude-opus-5-5", "tools": tools}
+    out = strip("messages", always)
+    assert out is not None and out["thinking"] == {"type": "adaptive"} and "context_management" in out
+    said, answered = out["messages"][1]["content"], out["messages"][2]["content"]
+    assert said == [{"type": "text", "text": '[called the tool ls (id toolu_1) with {}]'}]
+    assert answered == [{"type": "text", "text": "[the tool ls (id toolu_1) returned:]\na.txt"}, image]
+    version = {"anthropic-version": "2023-06-01"}
+    for doc in (on_5, out):  # the call came with thinking (``thought``), as it did
+        assert refusal("/v1/messages", doc, version, thought={"toolu_1"}) is None
+    before = {**always, "messages": [loop[0], {"role": "assistant", "content": [CALL]}, result]}
+    assert refusal("/v1/messages", before, version, thought={"toolu_1"}) is not None  # the turn as it went
+    # The same loop asked with thinking off by the client: nothing to do on the older models.
+    assert loop_unthought({**claude_code_like(*loop[:1], {"role": "assistant", "content": [CALL]}, result),
+                           "thinking": {"type": "disabled"}}) is None  # fmt: skip
 
 
 def test_earlier_turns_lose_their_thinking_and_thinking_stays_on() -> None:
