@@ -19,7 +19,6 @@ the second's per-function difference from the first is printed too.
 from __future__ import annotations
 
 import collections
-import http.client
 import os
 import pickle
 import signal
@@ -32,7 +31,7 @@ from types import FrameType
 from typing import Any
 
 from bench.__main__ import ROOT, free_port, wait_port
-from bench.instructions import CASES, WARM, Case
+from bench.instructions import CASES, WARM, Case, drive
 
 Counts = dict[tuple[str, int, str], int]
 
@@ -84,21 +83,6 @@ def serve(config: str, out: str) -> None:
     runpy.run_module("gateway", run_name="__main__")
 
 
-def _drive(port: int, case: Case, n: int) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    headers = {"Content-Type": "application/json", **dict(case.headers)}
-    body = case.body.encode()
-    try:
-        for _ in range(n):
-            conn.request("POST", case.path, body, headers)
-            answer = conn.getresponse()
-            answer.read()
-            if answer.status != 200:
-                raise SystemExit(f"{case.name}: status {answer.status}")
-    finally:
-        conn.close()
-
-
 def count(case: Case, upstream: str, tmp: Path, n: int) -> Counts:
     port = free_port()
     cfg = tmp / f"gateway-{port}.yaml"
@@ -110,10 +94,10 @@ def count(case: Case, upstream: str, tmp: Path, n: int) -> Counts:
                             stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         wait_port(port, "/healthz", timeout=120)
-        _drive(port, case, WARM)
+        drive(port, case, WARM)
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.2)  # taken between two bytecodes of the loop, which is idle now
-        _drive(port, case, n)
+        drive(port, case, n)
         proc.send_signal(signal.SIGUSR2)
         end = time.monotonic() + 30
         while not out.exists() and time.monotonic() < end:

@@ -281,17 +281,8 @@ def thinks(doc: Mapping[str, Any]) -> bool:
 def loop_calls(messages: list[Any]) -> list[str]:
     """The tool_use ids of the tool loop that ``messages`` end in: its assistant turns back to
     the user's last message that is not only tool results."""
-    ids: list[str] = []
-    i = len(messages) - 1
-    while i >= 1:
-        results, turn = messages[i], messages[i - 1]
-        if not (isinstance(results, dict) and results.get("role") == "user" and _has(results, "tool_result")):
-            break
-        if not (isinstance(turn, dict) and turn.get("role") == "assistant" and _calls_tools(turn)):
-            break
-        ids += [b["id"] for b in turn["content"] if _is_call(b) and isinstance(b.get("id"), str)]
-        i -= 2
-    return ids
+    return [b["id"] for at in _open_loop(messages) for b in messages[at]["content"]
+            if _is_call(b) and isinstance(b.get("id"), str)]  # fmt: skip
 
 
 def _is_call(block: Any) -> bool:
