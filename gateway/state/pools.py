@@ -388,19 +388,18 @@ class PoolState:
         """The call ``mark`` stands for is over without a usage to put in place of its estimate
         (a failure, an answer that states none): its estimate stays counted (the cautious side),
         no longer as in flight. Once per call (``used`` and ``refused`` land it too)."""
-        if mark.ticket:
-            key = (up.name, self.served(up, model))
-            sends = self._sends.get(key)
-            if sends is not None:
-                self._land(key, sends, mark.ticket)
+        self._land_ticket(up, model, mark.ticket)
 
     def untaken(self, up: UpstreamConfig, model: str | None, taken: Taken) -> None:
         """A ``take`` whose call was never made (its circuit opened meanwhile): not in flight."""
-        if taken.ticket:
+        self._land_ticket(up, model, taken.ticket)
+
+    def _land_ticket(self, up: UpstreamConfig, model: str | None, ticket: int) -> None:
+        if ticket:
             key = (up.name, self.served(up, model))
             sends = self._sends.get(key)
             if sends is not None:
-                self._land(key, sends, taken.ticket)
+                self._land(key, sends, ticket)
 
     def settling(self, up: UpstreamConfig, model: str | None, tokens: int) -> bool:
         """Whether ``up``'s configured limits, as the last take found them (a refusal: no I/O),
