@@ -15,8 +15,9 @@ would not meet.
     least_busy  fewest requests in flight here (ties: weighted)
     latency     lowest decayed time to first token; a deployment not measured yet first
     headroom    the largest share of requests and tokens left (the scarcer of the two);
-                one whose share is unknown ranks as the median of the known ones with
-                some left, above any with none (``_rooms``; ties: weighted)
+                one never asked yet ranks as full; one whose answers leave its share
+                unknown ranks as the median of the known ones with some left, above any
+                with none (``_rooms``; ties: weighted)
 
 A new conversation's home, whatever the strategy, is the first of its key's rendezvous order
 among the deployments the strategy finds good now (``first_home``), so that workers and
@@ -61,6 +62,9 @@ class Deployment(NamedTuple):
     # Out only because its configured limits' tokens are full of the estimates of calls still
     # in flight: it has room once they are answered (at less), not only at the minute's end.
     settling: bool = False
+    # Never sent a request by this process, and no reading of it in the state: its share is
+    # unknown for want of asking, not because its answers state none (``_rooms``).
+    unheard: bool = False
 
     def serves_at(self, now_ms: float) -> bool:
         return self.out_until_ms <= now_ms
@@ -125,9 +129,12 @@ def _rooms(ready: Sequence[Deployment]) -> list[float]:
     to serve nothing, an unknown may, so it ranks above every one of them (1.0 when none has
     any left). Counted in, one Azure deployment answering ``x-ratelimit-remaining-tokens: 0``
     pulled its headerless sibling down to 0 with it, and the two split 40 requests 20/20
-    (review); a never-read key of an OpenAI pool ranked level with a spent one. None known: all
-    alike (the weighted draw decides)."""
-    rooms = [d.room for d in ready]
+    (review); a never-read key of an OpenAI pool ranked level with a spent one. One never asked
+    (``unheard``) ranks as full: unknown only for want of asking, it is asked once and then
+    ranks by its own answer, where at the median it ranked below the better of two keys heard
+    from, and a third key of one limit was never called (30 requests: 15, 15 and 0, measured).
+    None known: all alike (the weighted draw decides)."""
+    rooms = [1.0 if d.unheard and d.room is None else d.room for d in ready]
     if None not in rooms:
         return rooms  # type: ignore[return-value]  # every one known
     some = sorted(r for r in rooms if r is not None and r > 0)

@@ -797,7 +797,8 @@ class PoolState:
                 settling = held is not None and held[1] == self.store.epoch and (settling or not short)
         name = up.name
         return Deployment(index, name, up.weight, self.in_flight.get(name, 0), self.latency_s.get(name),
-                          requests_left, tokens_left, out_until, why, settling)  # fmt: skip
+                          requests_left, tokens_left, out_until, why, settling,
+                          not room and sends is None)  # fmt: skip
 
     async def close(self) -> None:
         """At shutdown: what this process sent goes to the other replicas now, not never."""

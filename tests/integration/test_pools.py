@@ -579,6 +579,26 @@ async def test_headroom_picks_the_key_with_most_left_and_skips_one_predicted_emp
     assert ratio == pytest.approx(0.9, abs=0.005)
 
 
+@pytest.mark.parametrize("affinity", ["on", "off"])
+async def test_headroom_asks_a_key_it_never_heard_from_instead_of_starving_it(make_pool: MakePool,
+                                                                              affinity: str) -> None:
+    """pools.md: headroom picks the largest share left. Three keys of one limit, each answer
+    stating its own: ranked as the median of the two it had heard from, the third was never
+    asked while those two had any left (30 one-turn requests: 15, 15 and 0, measured)."""
+    gw, fakes = await make_pool(pool_yaml=", strategy: headroom"
+                                + (", affinity: {enabled: false}" if affinity == "off" else ""))
+    for n, f in fakes.items():
+        f.keys.limit(f"key-{n}", rpm=1000)
+    for i in range(30):
+        status, h, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q {i}"}]})
+        assert status == 200
+        await _expire_cache(gw)
+    calls = _calls(fakes)
+    assert min(calls.values()) >= 1, calls
+    # Heard from, a key ranks by what it said: none takes every request.
+    assert max(calls.values()) < 30, calls
+
+
 async def test_configured_limits_keep_a_deployment_without_headers_under_them(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
                                 member_extra={"a": ", limits: {requests_per_minute: 3}, weight: 1000"})  # fmt: skip
