@@ -353,6 +353,16 @@ async def _sent_pool(
         if not views:  # every deployment it may go to was taken out by a reload while it waited
             return Sent(_reloaded_away(state, pool), None)
         if nxt is not None:  # none tried: the route steers past the pool
+            if last is not None and _cannot_serve(last) and last.call is not None \
+                    and last.call.up.cfg.api_key is not None:  # fmt: skip
+                # Every key it tried cannot serve for a while (refused, out of credit, no such
+                # model): the pool cannot, and the later hop takes it as it takes the next
+                # request, which finds them sitting out. Ended on the last key's failure,
+                # whatever fallback.when says of its class, the request that found two keys
+                # revoked was answered 502 while the next one went to the fallback (review). A
+                # client's own forwarded credential refused is the client's: it stays the answer.
+                assert isinstance(last.outcome, Failure)
+                return last.outcome.classification.type
             return last if last is not None else _why_none_serves(views, now_ms)
         now_ms = svc.wall() * 1000
         if last is None and not any(v.out_until_ms > now_ms for v in views):

@@ -656,6 +656,31 @@ async def test_a_fallback_may_name_a_pool(make_gateway) -> None:  # type: ignore
             await f.close()
 
 
+async def test_a_pools_fallback_takes_the_request_that_found_every_key_refused(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    """pools.md: a pool's fallbacks take over once none of its deployments can serve. With
+    both keys revoked, the request that found it out was answered 502 auth (2 calls), while the
+    next went to the fallback with no call to either key (auth is not in fallback.when)."""
+    a, b, backup = FakeUpstream(), FakeUpstream(), FakeUpstream()
+    for f in (a, b, backup):
+        await f.start()
+    try:
+        for f in (a, b):
+            f.always = Reply(401, INVALID_KEY)
+        gw = await make_gateway(
+            "pools:\n  - {name: gpt, models: ['gpt-*'], deployments: [a, b], fallbacks: [backup]}\n", fake=backup,
+            upstreams=(f"  - {{name: a, base_url: '{a.url}', api_key: ka}}\n"
+                       f"  - {{name: b, base_url: '{b.url}', api_key: kb}}\n"
+                       f"  - {{name: backup, base_url: '{backup.url}', api_key: kz}}\n"))  # fmt: skip
+        for i in range(2):
+            status, headers, _ = await gw.chat(_chat(f"c{i}"))
+            assert status == 200 and headers["x-llm-upstream"] == "backup", (i, status)
+            assert headers["x-llm-fallbacks"] == "1"
+        assert [len(f.chat_requests()) for f in (a, b, backup)] == [1, 1, 2]
+    finally:
+        for f in (a, b, backup):
+            await f.close()
+
+
 async def test_the_log_line_names_pool_deployment_and_why(make_pool: MakePool, caplog: pytest.LogCaptureFixture) -> None:
     # No first-byte timeout in play: the fixture's 1 s, met when a loaded host stalls the loop
     # (a 1.2 s answer reproduces it), sent the first turn to a sibling, logged "moved".
