@@ -23,7 +23,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from gateway.keys.periods import bounds, iso
@@ -43,6 +43,10 @@ SLOT_TTL_MS = 3_600_000  # a slot a dead replica held is freed after an hour at 
 # sending runs past any deadline, and a slow local model or a 128K-token answer past an hour.
 KEEP_EVERY_S = SLOT_TTL_MS / 4000
 HELD_RETRY_S = 2.0  # a budget full of in-flight reservations: when to ask again
+# The account a request's further holds (``Accounts.hold_again``) are counted under: its minute
+# and slots are its own, apart from the key's, whose limits such a hold must not take. (A key's
+# name has no ``#``: config.ClientKeyConfig.)
+HOLD_SUFFIX = "#again"
 _BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
 
 
@@ -214,6 +218,54 @@ class Accounts:
             in_flight = spend[0][1] if spend else 0.0
         return _refusal(key, verdict, spent, now, budgets, in_flight)
 
+    async def hold_again(self, r: Reservation, usd: float) -> Reservation | LimitHit | None:
+        """``usd`` more held on the budgets ``r`` was admitted against, checked as an admission
+        checks them (refused once spent and held reach a budget), for a request about to cost
+        more than its worst case: an attempt the provider took and the gateway left (a
+        first-byte or first-token timeout) is charged its prompt besides the answer a retry or
+        a fallback brings, and retried at a budget's edge that overspent it by a prompt an
+        attempt (eight requests at once on a $3,000 budget: $5,298 spent; review). Not a
+        request of the key: its minute, ``parallel`` and requests in flight are untouched (the
+        hold is counted under an account of its own, ``HOLD_SUFFIX``). Settled with ``r``, at
+        no cost. None: nothing to hold (no budget, or nothing to hold)."""
+        if not r.periods or usd <= 0:
+            return None
+        now = self.wall()
+        holder = replace(r.key, name=r.key.name + HOLD_SUFFIX)
+        budgets = list(r.periods)
+        slot = f"{self._prefix}-{next(self._ids)}"
+        admit = LedgerAdmit(
+            key=holder.name, minute=r.minute, requests_per_minute=None, tokens_per_minute=None, tokens=0,
+            parallel=None, slot=slot, now_ms=round(now * 1000), slot_ttl_ms=SLOT_TTL_MS,
+            budgets=tuple((p.bkey, p.budget.usd) for p in budgets), reserve_usd=usd,
+            budget_ttl_s=_BUDGET_KEEP_S + max(p.end for p in budgets) - now,
+        )  # fmt: skip
+        written = self._written
+        verdict, spent = await self._admitted(admit)
+        if verdict != "ok":
+            await self.flush()  # this process's own settles may give room back, as at admission
+            if self.flusher is not None and not self.flusher.done():
+                await asyncio.shield(self.flusher)
+            if self._written != written:
+                verdict, spent = await self._admitted(admit)
+        if verdict == "ok":
+            # No soft limit to read back (``periods`` empty): it costs nothing when settled.
+            held = Reservation(holder, r.minute, slot, 0, usd, r.budgets, r.price,
+                               expires_ms=admit.now_ms + SLOT_TTL_MS)  # fmt: skip
+            self._live[slot] = held
+            if self.keeper is None or self.keeper.done():
+                self.keeper = asyncio.get_running_loop().create_task(self._keep())
+            if self.closed_when_store_down and self._counted_apart(slot):
+                await self.settle(held, {})
+                return _store_down(now)
+            return held
+        # Only a budget refuses it (no minute or slot is asked for); what requests in flight hold
+        # of that budget is read again, as for an admission's refusal.
+        index = min(int(verdict.removeprefix("budget") or 0), len(budgets) - 1)
+        *_, spend = await self.store.ledger_read(r.key.name, r.minute, round(now * 1000),
+                                                 [budgets[index].bkey])  # fmt: skip
+        return _refusal(r.key, verdict, spent, now, budgets, spend[0][1] if spend else 0.0)
+
     async def admit_count(self, key: KeySpec) -> LimitHit | None:
         """A token count (``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``,
         Gemini's ``countTokens``): refused only while the key's requests in flight fill its
@@ -293,6 +345,10 @@ class Accounts:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within_s):
                 await self._ended.wait()
+
+    def has_pending(self) -> bool:
+        """Whether settles wait to be written (``flush``)."""
+        return bool(self._pending)
 
     async def settle(self, r: Reservation, usage: Mapping[str, int]) -> Cost:
         """Once per reservation: the slot back, the spend as the usage says, now."""

@@ -316,8 +316,12 @@ def settle(svc: Services, state: RequestState) -> None:
         t.child(t.key_spend, key.name, key.team or "", model).inc(cost.usd)
     for kind, n in used.items():
         t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
+    for held in state.holds:  # what they held comes back; what it paid for is in ``cost``
+        if not held.settled:
+            accounts.settle_later(held, {}, Cost(0.0, True))
     if reservation is not None and not reservation.settled:
         accounts.settle_later(reservation, used, cost)
+    if accounts.has_pending():
         if accounts.flusher is None or accounts.flusher.done():
             # Off the request's path, a few milliseconds later with whatever else has ended
             # by then; shutdown waits for it (server.py).
@@ -325,6 +329,32 @@ def settle(svc: Services, state: RequestState) -> None:
             accounts.flusher = task
             svc.life.settling.add(task)
             task.add_done_callback(svc.life.settling.discard)
+
+
+async def hold_abandoned(svc: Services, state: RequestState) -> Failure | None:
+    """Before another attempt of a request an earlier attempt of which the provider took and
+    the gateway left (``attempt._abandoned``: a first-byte or first-token timeout): that one is
+    charged its prompt besides whatever answers next, which the reservation's one worst case
+    does not hold. Held on the key's budgets first, as an admission is checked, else the
+    request ends here with the budget's refusal, not sent again: eight requests at once at a
+    $3,000 budget's edge, each attempt timed out and retried, spent $5,298 (review)."""
+    reservation, accounts = state.reservation, svc.accounts
+    if reservation is None or accounts is None or not reservation.budgets:
+        return None
+    left = [leg for leg in state.legs if leg.unread][state.legs_held:]
+    for leg in left:
+        charged, _ = _charged(reservation, leg, True)
+        usd = cost_of(_served_price(accounts.prices, state, leg.model), charged).usd
+        got = await accounts.hold_again(reservation, usd)
+        if isinstance(got, LimitHit):
+            why = (" (an attempt of this request timed out after the provider took it: sent again, it would "
+                   "pay its prompt again)")  # fmt: skip
+            hit = LimitHit(got.kind, got.message + why, got.retry_after_s, got.reset_at_s)
+            return _refused(svc, state, {"user-agent": state.user_agent or ""}, hit)
+        state.legs_held += 1
+        if got is not None:
+            state.holds += (got,)
+    return None
 
 
 def _counts(usage: Mapping[str, int]) -> dict[str, int]:

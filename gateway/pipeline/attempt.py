@@ -27,6 +27,7 @@ from gateway.apis.gemini.wire import GeminiStreamReader
 from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
+from gateway.pipeline.accounting import hold_abandoned
 from gateway.pipeline.outcome import (
     Failure,
     Leg,
@@ -129,6 +130,10 @@ class Call:
 
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
+    if state.legs and state.reservation is not None:  # (an attempt left after the provider took it)
+        refused = await hold_abandoned(svc, state)
+        if refused is not None:
+            return refused
     pooled = call.up.pooled and svc.pool_state is not None
     mark: Mark | None = None
     if pooled:

@@ -86,6 +86,11 @@ class RequestState:
     keeps_answer: bool = False  # a Responses request whose answer the provider stores
     key: KeySpec | None = None  # the gateway key the caller presented (its name, its rules)
     reservation: Reservation | None = None  # what the key's limits and budget hold for it
+    # More held on its budgets for the attempts left once the provider took them (``legs`` marked
+    # unread), each charged its prompt besides the answer (accounting.hold_abandoned): settled
+    # with ``reservation``. ``legs_held``: how many of those legs they cover.
+    holds: tuple[Reservation, ...] = ()
+    legs_held: int = 0
     cost_usd: float | None = None  # what the provider's usage cost, at the model's price
     priced: bool = True  # False: no price is known for the model (the cost is not zero, unknown)
     # The parts the key paid, each {model, usage as charged, cost_usd}, where it paid more than
