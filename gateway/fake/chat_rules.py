@@ -346,12 +346,20 @@ def _tool_names(tools: Any) -> Fault | None:
         name = function.get("name") if isinstance(function, dict) else None
         if not isinstance(name, str):
             continue  # not a function tool, or one the fake's other checks answer
-        param = f"tools[{i}].function.name"
-        if len(name) > 64:
-            return _too_long(param, 64, len(name))
-        if not _FUNCTION_NAME.fullmatch(name):
-            return (f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
-                    "pattern '^[a-zA-Z0-9_-]+$'.", param, "invalid_value")  # fmt: skip
+        found = name_fault(name, f"tools[{i}].function.name")
+        if found is not None:
+            return found
+    return None
+
+
+def name_fault(name: str, param: str) -> Fault | None:
+    """What OpenAI refuses of a function tool's name at ``param``: longer than 64, or another
+    character than a letter, a digit, ``_`` or ``-``. Shared with responses_rules.py."""
+    if len(name) > 64:
+        return _too_long(param, 64, len(name))
+    if not _FUNCTION_NAME.fullmatch(name):
+        return (f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                "pattern '^[a-zA-Z0-9_-]+$'.", param, "invalid_value")  # fmt: skip
     return None
 
 

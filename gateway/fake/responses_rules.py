@@ -61,6 +61,16 @@ Whatever the request's origin, each in OpenAI's words (400 ``invalid_request_err
   ``tools[N].parameters``, code ``invalid_function_parameters``; the Responses API's refusal in
   https://github.com/everruns/everruns/pull/984, with this param and code in
   https://github.com/tailcallhq/forgecode/issues/1359): chat_rules.py's rule, on the flat tool;
+- a function tool's name longer than 64: "Invalid 'tools[5].name': string too long. Expected a
+  string with maximum length 64, but got a string with length 72 instead." (param
+  ``tools[N].name``, code ``string_above_max_length``; Codex's MCP names on codex-mini-latest,
+  a Responses-only model, https://github.com/openai/codex/issues/1289); or with another
+  character than letters, digits, ``_`` and ``-``: "Invalid 'tools[0].name': string does not
+  match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'." (code
+  ``invalid_value``; a Responses request with an MCP host's dotted name in
+  https://github.com/openai/openai-dotnet/issues/441, the whole words for ``tools[16].name`` in
+  https://github.com/justrach/codegraff/issues/930; Codex sanitizes its MCP names for it,
+  https://github.com/openai/codex/pull/8694). chat_rules.py's rule, on the flat tool;
 - a json_schema ``text.format`` whose schema's root is not a plain object: chat_rules.py's rule
   and words (the Responses API's structured outputs are the same feature, its guide the same
   page), param ``text.format.schema``: the fake's, as no answer quoted from this API was found.
@@ -92,7 +102,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from gateway.fake.chat_rules import NO_PROPERTIES, root_schema, unnamed_properties
+from gateway.fake.chat_rules import NO_PROPERTIES, name_fault, root_schema, unnamed_properties
 from gateway.fake.responses import responses_error
 from gateway.fake.steps import Reply, response_in
 
@@ -215,6 +225,10 @@ def _fields(payload: dict[str, Any]) -> Reply | None:
         return responses_error(400, root[0], "invalid_request_error", None, root[1])
     tools = payload.get("tools")
     for j, tool in enumerate(tools if isinstance(tools, list) else ()):
+        name = tool.get("name") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        named = name_fault(name, f"tools[{j}].name") if isinstance(name, str) else None
+        if named is not None:
+            return responses_error(400, named[0], "invalid_request_error", named[2], named[1])
         if isinstance(tool, dict) and tool.get("type") == "function" and unnamed_properties(tool.get("parameters")):
             return responses_error(400, f"Invalid schema for function '{tool.get('name')}': {NO_PROPERTIES}",
                                    "invalid_request_error", "invalid_function_parameters", f"tools[{j}].parameters")

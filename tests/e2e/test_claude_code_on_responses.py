@@ -6,6 +6,8 @@ back as a `function_call_output` and answered)."""
 
 from __future__ import annotations
 
+import base64
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,3 +79,59 @@ def test_claude_code_runs_a_bash_tool_loop_on_a_responses_only_upstream(
     assert (call["type"], call["call_id"], call["name"]) == ("function_call", "call_e2e_1", "Bash")
     assert output["type"] == "function_call_output" and output["call_id"] == "call_e2e_1"
     assert "responses-marker-42" in output["output"]
+
+
+def test_claude_codes_pdf_read_reaches_a_responses_upstream_as_a_file(
+    claude_bin: Path, responses_gateway: RunningGateway, upstream: FakeUpstream, workdir: Path  # noqa: F811
+) -> None:
+    """Its Read on a .pdf answers with a ``document`` block inside the tool_result: the
+    Responses model gets the PDF itself (``input_file`` after the result), as OpenAI reads it,
+    not a note that it was left out."""
+    pdf = _pdf_capture()
+    (workdir / "doc.pdf").write_bytes(pdf)
+
+    def turn(payload: dict[str, Any]) -> Stream:
+        if payload["input"][-1]["type"] != "function_call" and any(
+                i.get("type") == "function_call_output" for i in payload["input"]):  # fmt: skip
+            return Stream(responses_stream("gpt-5-codex", ("It", " says", " Hello", " PDF.")), then="eof")
+        return _read_turn("call_e2e_pdf", str(workdir / "doc.pdf"))
+
+    upstream.script(turn, turn)
+    r = run_claude(claude_bin, responses_gateway, workdir, "summarise doc.pdf", timeout=90)
+    assert r.rc == 0, (r.out, r.err)
+    assert "It says Hello PDF." in r.out
+    second = [req.json() for req in upstream.responses_requests()][-1]
+    output = next(i for i in second["input"] if i.get("type") == "function_call_output")
+    assert output["call_id"] == "call_e2e_pdf" and output["output"].endswith("[1 file(s): attached after this result]")
+    files = [p for i in second["input"] if i.get("type") == "message" and isinstance(i.get("content"), list)
+             for p in i["content"] if p.get("type") == "input_file"]  # fmt: skip
+    assert [f["file_data"] for f in files] == ["data:application/pdf;base64," + base64.b64encode(pdf).decode()]
+
+
+def _pdf_capture() -> bytes:
+    """The one-page PDF the corpus capture has Claude Code read (capture_claude_code.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "capture_claude_code", Path(__file__).resolve().parents[1] / "corpus" / "requests" / "capture_claude_code.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made: bytes = module._pdf()
+    return made
+
+
+def _read_turn(call_id: str, path: str) -> Stream:
+    """A Responses stream that calls Read on ``path``, its arguments whole."""
+    seq = Seq()
+    args = json.dumps({"file_path": path})
+    call = {"id": "fc_pdf", "type": "function_call", "status": "completed", "call_id": call_id, "name": "Read",
+            "arguments": args}  # fmt: skip
+    done = {**response_object("gpt-5-codex"), "id": "resp_pdf", "output": [call]}
+    shell = {**done, "status": "in_progress", "output": [], "usage": None}
+    return Stream([
+        seq("response.created", response=shell),
+        seq("response.output_item.added", output_index=0, item={**call, "status": "in_progress", "arguments": ""}),
+        seq("response.function_call_arguments.delta", item_id="fc_pdf", output_index=0, delta=args),
+        seq("response.function_call_arguments.done", item_id="fc_pdf", output_index=0, arguments=args),
+        seq("response.output_item.done", output_index=0, item=call),
+        seq("response.completed", response=done),
+    ], then="eof")  # fmt: skip

@@ -127,6 +127,27 @@ def test_a_function_object_schema_must_name_its_properties(parameters: dict[str,
         "type": "invalid_request_error", "code": "invalid_function_parameters", "param": "tools[1].parameters"})
 
 
+@pytest.mark.parametrize(("name", "error"), [
+    ("mcp__github__search_code", None),
+    ("get-weather_2", None),
+    ("x" * 64, None),
+    ("mcp__" + "s" * 67, {"message": "Invalid 'tools[1].name': string too long. Expected a string with maximum length "
+                                     "64, but got a string with length 72 instead.",
+                          "code": "string_above_max_length"}),
+    ("files.read", {"message": "Invalid 'tools[1].name': string does not match pattern. Expected a string that "
+                               "matches the pattern '^[a-zA-Z0-9_-]+$'.", "code": "invalid_value"}),
+    ("mcp:tool", {"message": "Invalid 'tools[1].name': string does not match pattern. Expected a string that "
+                             "matches the pattern '^[a-zA-Z0-9_-]+$'.", "code": "invalid_value"}),
+])  # fmt: skip
+def test_a_function_name_is_held_to_openais_pattern_and_length(name: str, error: dict[str, str] | None) -> None:
+    """As chat's (``tools[N].function.name``), on the flat tool (openai/codex#1289 for the length
+    on a Responses-only model, openai/openai-dotnet#441 for the pattern)."""
+    tools = [{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}},
+             {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}, "strict": False}]
+    assert error_of(tools=tools) == (None if error is None else {
+        **error, "type": "invalid_request_error", "param": "tools[1].name"})
+
+
 @pytest.mark.parametrize(("value", "taken"), [(1, False), (15, False), (16, True), (None, True)])
 def test_max_output_tokens_is_at_least_16(value: int | None, taken: bool) -> None:
     assert error_of(max_output_tokens=value) == (None if taken else {

@@ -316,7 +316,9 @@ def _user_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
             )
     if images_after:
         # A chat tool message carries text only: the images a function returned follow it.
-        convo.user([{"type": "text", "text": "Images returned by the function calls above:"}, *images_after])
+        # Named for what they are: a PDF (or its note, on a chat server) is no image.
+        what = "Images" if all(p["type"] == "image_url" for p in images_after) else "Files"
+        convo.user([{"type": "text", "text": f"{what} returned by the function calls above:"}, *images_after])
     convo.user(chat_parts)
 
 

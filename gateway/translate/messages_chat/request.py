@@ -608,14 +608,15 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
         if kind == "tool_result":
             given = typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or ""
             call_id = convo.ids(from_anthropic_id(given))
-            text, images = _tool_result(block, i, at, convo.functions)
+            text, images = _tool_result(block, i, at, convo.functions, convo.files)
             convo.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             if images:
                 # Named as the model sees the call: without the thought signature a Gemini id
                 # carries (chat_gemini/signature.py), which the functionResponse goes without
                 # too; a real one is a long base64 blob, prompt tokens on every image result.
                 shown = call_id.partition(GEMINI_SIGNED)[0]
-                tool_images.append({"type": "text", "text": f"Images returned by tool call {shown}:"})
+                what = "Images" if all(p["type"] == "image_url" for p in images) else "Files"
+                tool_images.append({"type": "text", "text": f"{what} returned by tool call {shown}:"})
                 tool_images += images
         else:
             parts += _part(block, i, at, convo.files)
@@ -623,8 +624,12 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
 
 
 def _tool_result(
-    block: dict[str, Any], i: int, at: typed.Path, functions: Names = NONE
+    block: dict[str, Any], i: int, at: typed.Path, functions: Names = NONE, files: str = ""
 ) -> tuple[str, list[dict[str, Any]]]:
+    """The tool message's text, and the images and files it returned, which a chat tool message
+    cannot hold: they follow it in a user turn. A PDF among them (Claude Code's Read on a .pdf
+    returns one as a ``document`` block here) goes on as a file where a user turn's would
+    (``files``), not as the note a chat server gets."""
     content = typed.content(block.get("content"), (*at, "content"))
     texts: list[str] = []
     images: list[dict[str, Any]] = []
@@ -634,14 +639,17 @@ def _tool_result(
         if inner.get("type") == "tool_reference":
             texts.append(_tool_reference(inner, (*at, "content", j), functions))
             continue
-        for part in _part(inner, i, (*at, "content", j)):
+        for part in _part(inner, i, (*at, "content", j), files):
             if part["type"] == "text":
                 texts.append(part["text"])
             else:
                 images.append(part)
     text = "\n\n".join(texts)
-    if images:
-        text = _join(text, f"[{len(images)} image(s): attached after this result]")
+    shown = sum(part["type"] == "image_url" for part in images)
+    if shown:
+        text = _join(text, f"[{shown} image(s): attached after this result]")
+    if len(images) > shown:
+        text = _join(text, f"[{len(images) - shown} file(s): attached after this result]")
     if typed.flag(block.get("is_error"), (*at, "is_error")):
         # Chat has no error flag on a tool message; the model still has to know it failed.
         text = "Error: " + text

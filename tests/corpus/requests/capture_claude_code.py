@@ -4,10 +4,10 @@
 The first answer calls a tool so the second request carries a real ``tool_use`` /
 ``tool_result`` round; the second answer is plain text and ends the run. SCENARIO ``bash``
 calls ``Bash`` (``echo hi``); ``image`` calls ``Read`` on a 1x1 PNG in the work directory (its
-result comes back as an image block). Extra ``NAME=VALUE`` arguments go into Claude Code's
+result comes back as an image block); ``pdf`` on a one-page PDF (a document block in the result). Extra ``NAME=VALUE`` arguments go into Claude Code's
 environment (``MAX_THINKING_TOKENS=0`` turns thinking off).
 
-    .venv/bin/python tests/corpus/requests/capture_claude_code.py OUT_DIR bash|image [NAME=VALUE...]
+    .venv/bin/python tests/corpus/requests/capture_claude_code.py OUT_DIR bash|image|pdf [NAME=VALUE...]
 
 Claude Code runs headless the way tests/e2e/test_claude_code.py runs it (clean environment,
 fresh HOME, ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1``, ``ANTHROPIC_API_KEY=dummy``).
@@ -43,6 +43,23 @@ def _png() -> bytes:
     ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
             + chunk(b"IEND", b""))
+
+
+def _pdf() -> bytes:
+    """A one-page PDF saying "Hello PDF", built here with its cross-reference table."""
+    stream = b"BT /F1 24 Tf 20 100 Td (Hello PDF) Tj ET"
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n%b\nendstream" % (len(stream), stream),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]  # fmt: skip
+    out, offsets = b"%PDF-1.4\n", []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%b\nendobj\n" % (n, body)
+    table = b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + (b"xref\n0 %d\n0000000000 65535 f \n%btrailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
+                  % (len(objects) + 1, table, len(objects) + 1, len(out)))
 
 
 def _answer(n: int, tool: tuple[str, dict[str, Any]]) -> bytes:
@@ -117,9 +134,13 @@ def main(out_dir: Path, scenario: str, extra_env: dict[str, str]) -> None:
         home, work = Path(tmp, "home"), Path(tmp, "project")
         home.mkdir()
         work.mkdir()
-        if scenario == "image":
+        if scenario == "pdf":
+            (work / "doc.pdf").write_bytes(_pdf())
+            tool: tuple[str, dict[str, Any]] = ("Read", {"file_path": str(work / "doc.pdf")})
+            prompt = "summarise doc.pdf"
+        elif scenario == "image":
             (work / "dot.png").write_bytes(_png())
-            tool: tuple[str, dict[str, Any]] = ("Read", {"file_path": str(work / "dot.png")})
+            tool = ("Read", {"file_path": str(work / "dot.png")})
             prompt = "describe dot.png"
         else:
             tool = ("Bash", {"command": "echo hi", "description": "Print hi"})

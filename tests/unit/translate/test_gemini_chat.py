@@ -457,9 +457,11 @@ def test_a_pdf_a_function_returned_and_its_display_name_go_on_to_claude() -> Non
                              {"role": "user", "parts": [{"functionResponse": response}]}])  # fmt: skip
     out = T.request(payload, Target("claude-sonnet-4-5", onward="messages"))
     assert not isinstance(out, Refusal), out
-    assert out["messages"][-1]["content"][-1] == {
-        "type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}}
-    assert "left out" in json.dumps(chat(payload)["messages"][-1])
+    assert out["messages"][-1]["content"] == [
+        {"type": "text", "text": "Files returned by the function calls above:"},
+        {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}}]
+    assert chat(payload)["messages"][-1]["content"] == ("Files returned by the function calls above:\n\n"
+                                                        "[inline data (application/pdf) left out: this model cannot read it]")
 
 
 @pytest.mark.parametrize("mime", ["text/plain", "text/markdown", "application/json"])

@@ -885,6 +885,30 @@ def _tool_result_text(upstream: str, out: dict[str, Any], call_id: str) -> str:
     return json.dumps(parts[0]["response"])
 
 
+PDF_RESULT = "claude-code-2.1.332-pdf-result.json"
+
+
+def test_claude_codes_pdf_read_reaches_the_upstreams_that_read_pdfs() -> None:
+    """2.1.332's Read on a .pdf answers with a ``document`` block inside its tool_result
+    (captured). Responses and Gemini read PDFs, as the translation's table says they get a
+    user's: the file goes after the result, as an image would, and the result says it follows.
+    A chat server still gets the note (it reads images only)."""
+    body = corpus_request(PDF_RESULT)
+    data = body["messages"][-1]["content"][0]["content"][1]["source"]["data"]
+    responses = _through("responses", body)
+    assert _tool_result_text("responses", responses, "toolu_capture01").endswith(
+        "[1 file(s): attached after this result]")
+    attached = responses["input"][-1]
+    assert attached["role"] == "user" and attached["content"][-1] == {
+        "type": "input_file", "file_data": f"data:application/pdf;base64,{data}", "filename": "document.pdf"}
+    gemini = _through("gemini", body)
+    inline = [p["inlineData"] for c in gemini["contents"] for p in c["parts"] if "inlineData" in p]
+    assert inline == [{"mimeType": "application/pdf", "data": data}]
+    on_chat = _through("chat", body)
+    result = _tool_result_text("chat", on_chat, "toolu_capture01")
+    assert "application/pdf) left out" in result and data not in json.dumps(on_chat)
+
+
 @pytest.mark.parametrize("upstream", ["chat", "responses", "gemini"])
 def test_claude_codes_tool_search_result_says_the_loaded_tool_is_available(upstream: str) -> None:
     """2.1.332 defers tools (CronList among them) and loads one with ToolSearch, whose result
