@@ -483,6 +483,17 @@ def test_every_variable_a_shipped_config_reads_is_named_in_the_configuration_pag
         assert f"`config/{path.relative_to(ROOT / 'config')}`" in section, path.name
 
 
+def test_every_shipped_config_listens_on_gateway_port() -> None:
+    """The quick start moves a gateway off 8080 with GATEWAY_PORT for any CONFIG=; a file that
+    ignored it (two-upstreams.yaml did) silently took 8080 and clashed with the page's other one."""
+    import re
+
+    for path in sorted((ROOT / "config").rglob("*.yaml")):
+        env = {var: "x" for var in re.findall(r"\$\{([A-Z_]+)(?:\}|:\?)", path.read_text())}  # no default
+        cfg = load_config(path, env={**env, "GATEWAY_PORT": "31899"})
+        assert cfg.server.port == 31899, path.name
+
+
 def test_the_mixed_example_routes_each_agent_to_an_upstream_of_its_api() -> None:
     from gateway.routing import pick_upstream
 
