@@ -89,6 +89,16 @@ CONFIG_FACTS = [
      "retry.provider_unavailable.max_retries", lambda v: v + 1),
     ("docs/agents/sdks.md", r"provider the gateway's (\d+) attempts", "retry.provider_unavailable.max_retries",
      lambda v: v + 1),
+    ("docs/operations/deploying.md", r"`server\.header_timeout_s` \((\d+) s;", "server.header_timeout_s", float),
+    ("docs/operations/deploying.md", r"A handshake must end within `server\.header_timeout_s` \((\d+) s\)",
+     "server.header_timeout_s", float),
+    ("docs/operations/deploying.md", r"`server\.keepalive_s` \((\d+) s\)", "server.keepalive_s", float),
+    ("docs/agents/codex.md", r"`server\.responses_websocket_max_age_s` \((\d+) minutes", "server.responses_websocket_max_age_s",
+     lambda v: v / 60),
+    ("docs/agents/openai-agents-sdk.md", r"`server\.responses_websocket_max_age_s`, (\d+) minutes",
+     "server.responses_websocket_max_age_s", lambda v: v / 60),
+    ("docs/agents/gemini-cli.md", r"the gateway waits `timeouts\.first_byte_s` \((\d+) s\)", "timeouts.first_byte_s", float),
+    ("docs/agents/gemini-cli.md", r"the stock `timeouts\.idle_s` of (\d+) s", "timeouts.idle_s", float),
 ]  # fmt: skip
 
 
@@ -401,3 +411,97 @@ def test_the_pause_before_the_bare_gemini_error_is_the_relays(page: str, pattern
 
     (pause,) = stated(page, pattern)
     assert number(pause) == APART_S, page
+
+
+# --- the quick start's fake upstream and its config -------------------------------------------
+
+
+def _fake_help() -> str:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "gateway.fake", "--help"], capture_output=True, text=True,
+                          check=True, cwd=ROOT).stdout  # fmt: skip
+
+
+def test_the_quick_starts_fake_figures_are_the_fakes_and_fake_yamls() -> None:
+    """What the page promises a reader who runs ``make run CONFIG=config/examples/fake.yaml``."""
+    from gateway.config import load_config
+
+    page = "docs/quick-start.md"
+    fake = load_config(ROOT / "config/examples/fake.yaml", env={})
+    shipped = load_config(ROOT / "config/gateway.yaml", env={})
+    helped = " ".join(_fake_help().split())
+    (wait,) = re.search(r"--wait-s WAIT_S the wait a 429 asks for \(default: (\d+)\)", helped).groups()  # type: ignore[union-attr]
+    (window,) = re.search(r"--context-window CONTEXT_WINDOW overflow: the limit in estimated tokens \(default: "
+                          r"(\d+)\)", helped).groups()  # type: ignore[union-attr]  # fmt: skip
+    (addr,) = stated(page, r"`make run` listens on `([\d.:]+)`")
+    assert addr == f"{shipped.server.host}:{shipped.server.port}"
+    (base,) = stated(page, r"Its default, `(http://[^`]+)`, is where the fake upstream below listens")
+    assert base == shipped.upstreams[0].base_url == "http://127.0.0.1:9000/v1"  # the fake's --port default
+    (said_wait, waited) = stated(page, r"`retry-after: (\d+)` \(`--wait-s`\), then a normal answer \| waits (\d+) s")
+    assert number(said_wait) == number(waited) == number(wait)
+    (after,) = stated(page, r"after (\d+) such requests")
+    assert number(after) == fake.circuit_breaker.failure_threshold
+    (models,) = stated(page, r"as `fake\.yaml` sets `models_to_open: (\d+)`")
+    assert number(models) == fake.circuit_breaker.models_to_open
+    (open_s,) = stated(page, r"`circuit_breaker\.open_s` \((\d+) s here")
+    assert number(open_s) == fake.circuit_breaker.open_s
+    (over,) = stated(page, r"a request over ([\d,]+) estimated tokens \(`--context-window`\)")
+    (fake_window,) = stated(page, r"`fake\.yaml`'s ([\d,]+)-token window")
+    assert number(over) == number(window) == number(fake_window) == fake.upstreams[0].context_window
+    (idle,) = stated(page, r"ends it after `timeouts\.idle_s` \((\d+) s here\)")
+    assert number(idle) == fake.timeouts.idle_s
+
+
+# --- prices and budgets the agent pages quote ----------------------------------------------
+
+
+def test_the_models_the_agent_pages_call_priced_are_and_unpriced_are_not() -> None:
+    from gateway.keys.prices import PriceTable
+
+    table = PriceTable()
+    (models,) = stated("docs/agents/claude-code.md", r"Claude Code uses its main model\s+\((claude-[\w-]+) by default\)")
+    (aliases,) = stated("docs/agents/claude-code.md", r"its aliases' models: ([^.]*)\. The shipped table prices all")
+    claude = {models, *re.findall(r"claude-[\w-]+\d", aliases)}
+    assert len(claude) == 3 and all(table.price_for(m) is not None for m in claude), claude
+    (codex,) = stated("docs/agents/codex.md", r"Codex with no model set uses ([\w.-]+), which the\s+shipped table prices")
+    assert table.price_for(codex) is not None
+    (routing, routed, pro) = stated("docs/agents/gemini-cli.md",
+                                    r"routing call to\s+([\w.-]+), then routes to ([\w.-]+) or ([\w.-]+)\. Only the "
+                                    r"last is\s+priced")  # fmt: skip
+    assert table.price_for(routing) is None and table.price_for(routed) is None and table.price_for(pro) is not None
+    (search,) = stated("docs/agents/gemini-cli.md", r"tool posts to ([\w.-]+), whatever model the session uses: that one "
+                                                    r"is priced")  # fmt: skip
+    assert table.price_for(search) is not None
+
+
+async def test_the_codex_budget_arithmetic_is_what_the_ledger_admits() -> None:
+    """docs/agents/codex.md: each Codex request (no max_output_tokens) on an Anthropic upstream
+    holds the translation's default output at the model's output price; a small budget admits
+    that many at once, and the next is refused ``key_budget_held``."""
+    import time
+
+    from gateway.keys.ledger import Accounts, LimitHit
+    from gateway.keys.prices import PriceTable
+    from gateway.keys.registry import Budget, KeySpec
+    from gateway.state.memory import MemoryStore
+    from gateway.translate.chat_messages.request import default_max_tokens
+
+    page = "docs/agents/codex.md"
+    (sonnet_each, per_million, usd, sonnet_n, opus_n, opus_each) = stated(
+        page, r"each Codex request on claude-sonnet-5-5 holds \$([\d.]+) of output \(\$(\d+) per million\), so a "
+              r"\$(\d+)/day key\s+runs (\d+) at once [^$]*? (\d+) on claude-opus-5-5\s+\(\$([\d.]+) each\)")  # fmt: skip
+    table = PriceTable()
+    for model, each, n in (("claude-sonnet-5-5", sonnet_each, sonnet_n), ("claude-opus-5-5", opus_each, opus_n)):
+        price = table.price_for(model)
+        assert price is not None
+        output = default_max_tokens(model, stream=True)
+        assert number(each) == pytest.approx(output * price.output / 1e6), model
+        if model == "claude-sonnet-5-5":
+            assert number(per_million) == price.output
+        acc = Accounts(MemoryStore(time.time), table, time.time)
+        key = KeySpec(f"small-{model}", budget=Budget(number(usd), "day"))
+        held = [await acc.admit(key, model, 10, output) for _ in range(int(number(n)) + 1)]
+        assert not any(isinstance(r, LimitHit) for r in held[:-1]), model
+        assert isinstance(held[-1], LimitHit) and held[-1].kind == "budget_held", model
