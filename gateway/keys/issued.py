@@ -55,7 +55,9 @@ _CLOSE_S = 5.0  # the most a shutdown waits for the watch and for the store to c
 # own state (an admin key that could issue admin keys would outlive its own revocation).
 _NOT_CHOSEN = {"key": "the gateway makes the key and answers it once",
                "key_sha256": "the gateway makes the key and answers it once",
-               "admin": "an issued key cannot be an admin key"}  # fmt: skip
+               "admin": "an issued key cannot be an admin key",
+               # Nothing could turn it on (it has no line in the file to edit): revoke it instead.
+               "disabled": "an issued key is revoked (DELETE), not turned off"}  # fmt: skip
 
 PutOutcome = Literal["ok", "taken", "full", "rate"]
 

@@ -133,6 +133,9 @@ async def test_only_an_admin_key_issues_or_revokes(make_gateway: MakeGateway) ->
     ({"name": "a b"}, 400, "invalid_key_request", "name: String should match pattern"),
     ({"name": "a", "admin": True}, 400, "invalid_key_request", "an issued key cannot be an admin key"),
     ({"name": "a", "key": "mine"}, 400, "invalid_key_request", "'key' is not accepted"),
+    # Issued off, it was a key no one could turn on (nothing in the file to edit), counted in
+    # max_issued, whose refusal told its holder to ask for it to be turned on in the config.
+    ({"name": "a", "disabled": True}, 400, "invalid_key_request", "'disabled' is not accepted"),
     ({"name": "a", "ttl_s": 60, "expires_at": "2099-01-01T00:00:00Z"}, 400, "invalid_key_request", "not both"),
     ({"name": "a", "ttl_s": 0}, 400, "invalid_key_request", "'ttl_s' must be a positive number"),
     ({"name": "a", "expires_at": "2099-01-01T00:00:00"}, 400, "invalid_key_request", "has no time zone"),
