@@ -155,6 +155,17 @@ async def test_a_key_is_judged_as_a_key_of_the_file_is(
     assert "a" not in await listed(gw)
 
 
+async def test_the_answer_that_carries_the_key_is_never_stored_by_a_cache(make_gateway: MakeGateway) -> None:
+    """The one answer holding the secret said nothing of caching: a proxy or client cache
+    between the orchestrator and the gateway was free to keep it (OAuth's token answer must say
+    no-store, RFC 6749 5.1)."""
+    gw = await make_gateway(FILE_KEYS)
+    async with gw.session.post(gw.base + "/v1/gateway/keys", json={"name": "cached"}, headers=ROOT) as r:
+        assert r.status == 201 and (await r.json())["key"].startswith("llmgw_")
+        assert r.headers.get("cache-control") == "no-store"
+        assert r.headers.get("pragma") == "no-cache"  # an HTTP/1.0 cache reads this alone
+
+
 async def test_a_name_is_one_key_and_the_set_is_capped_and_paced(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(FILE_KEYS + "keys_api: {max_issued: 2, issued_per_minute: 3}\n")
     await same_minute(15)  # the issues counted below are one minute's
