@@ -264,3 +264,33 @@ async def test_an_issued_key_a_reload_hid_behind_a_file_key_is_revoked_all_the_s
     assert (await gw.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 401  # gone, not hidden
     assert (await revoke(gw, "coll"))[0] == 404
 
+
+
+async def test_the_keys_an_admin_key_issued_go_off_with_it(make_gateway: MakeGateway, tmp_path: Path) -> None:
+    """An operator who took a leaked admin key out of the file (or turned it off) still had
+    every key it had issued in force, up to keys_api.max_issued of them for up to 30 days:
+    the children of a removed admin key answered 200 (review). They are turned off with it, and
+    back on when it comes back."""
+    gw = await make_gateway(FILE_KEYS)
+    _, made = await issue(gw, {"name": "child"})
+    run = {"Authorization": f"Bearer {made['key']}"}
+    assert (await gw.chat(headers=run))[0] == 200
+    path = tmp_path / "gateway.yaml"
+    head = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nloop_breaker: {{enabled: false}}\n"
+    reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.issued_keys"), env={})
+    other_admin = "  - {name: root, key: gk-root, admin: true}\n"
+    for root in ("",  # removed, another admin in its place
+                 "  - {name: root, key: gk-root}\n",  # no longer an admin key
+                 "  - {name: root, key: gk-root, admin: true, disabled: true}\n"):  # turned off
+        path.write_text(head + FILE_KEYS.replace(other_admin, root + "  - {name: ops, key: gk-ops, admin: true}\n"))
+        assert await reloader.reload("SIGHUP", quiet_if_same=True)
+        status, _, body = await gw.chat(headers=run)
+        error = json.loads(body)["error"]
+        assert status == 401 and error["code"] == "disabled_client_key", (root, body)
+        assert error["message"] == ("the gateway key 'child' is turned off (the admin key 'root' that issued it "
+                                    "is no longer one in the gateway's config); ask for a new key")
+        async with gw.session.get(gw.base + "/v1/gateway/keys", headers={"x-api-key": "gk-ops"}) as r:
+            assert {k["name"]: k.get("disabled") for k in (await r.json())["keys"]}["child"] == "issuer"
+    path.write_text(head + FILE_KEYS)
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    assert (await gw.chat(headers=run))[0] == 200  # its admin key is back: so is the key
