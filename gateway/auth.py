@@ -141,7 +141,7 @@ def _digests_of(k: ClientKeyConfig) -> list[bytes]:
 
 def _issued_spec(key: IssuedKey, teams: Mapping[str, TeamConfig], admins: Mapping[str, KeySpec]) -> KeySpec:
     """An issued key lives no longer than the admin key that issued it is in force: an operator
-    who takes a leaked admin key out of the file (or turns it off) takes what it
+    who takes a leaked admin key out of the file (or turns it off, or ends it) takes what it
     issued with it, and puts it back by putting the admin key back (its account was kept)."""
     spec = replace(_spec(key.config, teams), issued_by=key.issued_by)
     issuer = admins.get(key.issued_by)
@@ -149,6 +149,8 @@ def _issued_spec(key: IssuedKey, teams: Mapping[str, TeamConfig], admins: Mappin
         return spec
     if issuer is None or issuer.disabled is not None:
         return replace(spec, disabled="issuer")
+    if issuer.expires_at is not None and (spec.expires_at is None or issuer.expires_at < spec.expires_at):
+        return replace(spec, expires_at=issuer.expires_at)  # refused as expired when its issuer ends
     return spec
 
 

@@ -294,3 +294,27 @@ async def test_the_keys_an_admin_key_issued_go_off_with_it(make_gateway: MakeGat
     path.write_text(head + FILE_KEYS)
     assert await reloader.reload("SIGHUP", quiet_if_same=True)
     assert (await gw.chat(headers=run))[0] == 200  # its admin key is back: so is the key
+
+
+async def test_an_issued_key_ends_no_later_than_the_admin_key_that_issued_it(
+    make_gateway: MakeGateway, tmp_path: Path,
+) -> None:
+    """An admin key that ends issued keys that outlived it by up to keys_api.max_ttl_s: a
+    contractor's orchestrator key ending tonight made a key working for 30 days (review)."""
+    end = datetime.fromtimestamp(time.time() + 3600, UTC).replace(microsecond=0)
+    gw = await make_gateway(FILE_KEYS.replace("admin: true}", f"admin: true, expires_at: '{end.isoformat()}'}}"))
+    status, body = await issue(gw, {"name": "later", "ttl_s": 7200})
+    assert status == 400 and body["error"]["code"] == "invalid_key_request"
+    assert "may not outlive the admin key that issues it" in body["error"]["message"]
+    status, made = await issue(gw, {"name": "default"})  # a day by default: its issuer's end instead
+    assert status == 201 and made["expires_at"] == end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    _, child = await issue(gw, {"name": "child", "ttl_s": 1800})
+    run = {"Authorization": f"Bearer {child['key']}"}
+    # A reload that ends the admin key sooner ends what it issued as soon.
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nloop_breaker: {{enabled: false}}\n"
+                    + FILE_KEYS.replace("admin: true}", "admin: true, expires_at: '2026-01-01T00:00:00Z'}"))
+    assert await Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.issued_keys"), env={}).reload(
+        "SIGHUP", quiet_if_same=True)
+    status, _, body = await gw.chat(headers=run)
+    assert status == 401 and json.loads(body)["error"]["code"] == "expired_client_key"
