@@ -68,6 +68,9 @@ class AuthResult:
         if self.outcome == "disabled" and self.key is not None and self.key.disabled == "issuer":
             return (f"the gateway key '{self.key.name}' is turned off (the admin key '{self.key.issued_by}' "
                     "that issued it is no longer one in the gateway's config); ask for a new key")
+        if self.outcome == "disabled" and self.key is not None and self.key.disabled == "team_removed":
+            return (f"the gateway key '{self.key.name}' is turned off (its team '{self.key.team}' is no "
+                    "longer in the gateway's config); ask the gateway's operator to turn it back on")
         if self.outcome == "disabled" and self.key is not None:
             team = self.key.disabled == "team"
             why = f"its team '{self.key.team}' is disabled" if team else "it is disabled"
@@ -147,6 +150,10 @@ def _issued_spec(key: IssuedKey, teams: Mapping[str, TeamConfig], admins: Mappin
     issuer = admins.get(key.issued_by)
     if spec.disabled is not None:
         return spec
+    if key.config.team is not None and key.config.team not in teams:
+        # A key of the file naming a team the file lost is refused at load; an issued one went
+        # on with no team budget at all (review).
+        return replace(spec, disabled="team_removed")
     if issuer is None or issuer.disabled is not None:
         return replace(spec, disabled="issuer")
     if issuer.expires_at is not None and (spec.expires_at is None or issuer.expires_at < spec.expires_at):

@@ -318,3 +318,29 @@ async def test_an_issued_key_ends_no_later_than_the_admin_key_that_issued_it(
         "SIGHUP", quiet_if_same=True)
     status, _, body = await gw.chat(headers=run)
     assert status == 401 and json.loads(body)["error"]["code"] == "expired_client_key"
+
+
+async def test_an_issued_key_of_a_team_a_reload_removed_is_turned_off(
+    make_gateway: MakeGateway, tmp_path: Path,
+) -> None:
+    """A file's key of a team the file no longer names is refused at load; an issued key of it
+    went on, with no team budget at all: a $1 team budget spent, the team removed, and its key
+    answered 200 (review). It is turned off, and on again when the team is back."""
+    gw = await make_gateway(FILE_KEYS)
+    _, made = await issue(gw, {"name": "teamed", "team": "web"})
+    run = {"Authorization": f"Bearer {made['key']}"}
+    assert (await gw.chat(headers=run))[0] == 200
+    path = tmp_path / "gateway.yaml"
+    head = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nloop_breaker: {{enabled: false}}\n"
+    reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.issued_keys"), env={})
+    path.write_text(head + "keys:\n  - {name: alice, key: gk-alice}\n  - {name: root, key: gk-root, admin: true}\n")
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    status, _, body = await gw.chat(headers=run)
+    error = json.loads(body)["error"]
+    assert status == 401 and error["code"] == "disabled_client_key", body
+    assert error["message"] == ("the gateway key 'teamed' is turned off (its team 'web' is no longer in the "
+                                "gateway's config); ask the gateway's operator to turn it back on")
+    assert (await listed(gw))["teamed"]["disabled"] == "team_removed"
+    path.write_text(head + FILE_KEYS)
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    assert (await gw.chat(headers=run))[0] == 200
