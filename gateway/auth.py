@@ -10,7 +10,7 @@ when the result is not ``ok``, answers 401 in the request's dialect with
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gateway.config import BudgetConfig, ClientKeyConfig, GatewayConfig, TeamConfig
@@ -65,6 +65,12 @@ class AuthResult:
             # Its holder has the key, so its name tells them nothing new; the time says why.
             return (f"the gateway key '{self.key.name}' expired at {iso(self.key.expires_at)}; "
                     "ask the gateway's operator for a new one")
+        if self.outcome == "disabled" and self.key is not None and self.key.disabled == "issuer":
+            return (f"the gateway key '{self.key.name}' is turned off (the admin key '{self.key.issued_by}' "
+                    "that issued it is no longer one in the gateway's config); ask for a new key")
+        if self.outcome == "disabled" and self.key is not None and self.key.disabled == "team_removed":
+            return (f"the gateway key '{self.key.name}' is turned off (its team '{self.key.team}' is no "
+                    "longer in the gateway's config); ask the gateway's operator to turn it back on")
         if self.outcome == "disabled" and self.key is not None:
             team = self.key.disabled == "team"
             why = f"its team '{self.key.team}' is disabled" if team else "it is disabled"
@@ -94,12 +100,13 @@ class ClientAuth:
             for one in _digests_of(named):  # a key being rotated: its values share one spec
                 by_digest[one] = spec
         names = {k.name for k in cfg.keys}
+        admins = {k.name: _spec(k, teams) for k in cfg.keys if k.admin}
         # Only beside named keys: their limits and budgets are counted where the config names
         # keys (a replica with none kept no accounts, and served an issued key past its budget;
         # review), and a gateway with no keys stays open to keyless clients.
         for key in issued if names else ():
             if key.name not in names:
-                by_digest.setdefault(key.digest, _spec(key.config, teams))
+                by_digest.setdefault(key.digest, _issued_spec(key, teams, admins))
         return cls(KeyRing(by_digest))
 
     @classmethod
@@ -133,6 +140,25 @@ class ClientAuth:
 
 def _digests_of(k: ClientKeyConfig) -> list[bytes]:
     return [bytes.fromhex(d) for d in k.key_sha256 or ()] + [digest(v) for v in k.key or ()]
+
+
+def _issued_spec(key: IssuedKey, teams: Mapping[str, TeamConfig], admins: Mapping[str, KeySpec]) -> KeySpec:
+    """An issued key lives no longer than the admin key that issued it is in force: an operator
+    who takes a leaked admin key out of the file (or turns it off, or ends it) takes what it
+    issued with it, and puts it back by putting the admin key back (its account was kept)."""
+    spec = replace(_spec(key.config, teams), issued_by=key.issued_by)
+    issuer = admins.get(key.issued_by)
+    if spec.disabled is not None:
+        return spec
+    if key.config.team is not None and key.config.team not in teams:
+        # A key of the file naming a team the file lost is refused at load; an issued one went
+        # on with no team budget at all (review).
+        return replace(spec, disabled="team_removed")
+    if issuer is None or issuer.disabled is not None:
+        return replace(spec, disabled="issuer")
+    if issuer.expires_at is not None and (spec.expires_at is None or issuer.expires_at < spec.expires_at):
+        return replace(spec, expires_at=issuer.expires_at)  # refused as expired when its issuer ends
+    return spec
 
 
 def _spec(k: ClientKeyConfig, teams: Mapping[str, TeamConfig]) -> KeySpec:

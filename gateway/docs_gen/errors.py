@@ -332,7 +332,8 @@ MEANINGS = {
     "it expired (its holder has the key); a reload that moves `expires_at` lets it in again. 401, and 400 "
     "to Codex.",
     "disabled_client_key": "The request's key, or its team, is turned off (`keys[].disabled`, "
-    "`teams[].disabled`): the message names the key and tells its holder to ask the operator; its name, "
+    "`teams[].disabled`), or, for an issued key, the admin key that issued it or its team is no longer in "
+    "the config: the message names the key and tells its holder to ask the operator; its name, "
     "spend and metrics are kept, and a reload that turns it back on lets it in again. 401, and 400 to Codex.",
     "budget_exhausted": "The key's (or its team's) budget for the period is spent; `x-llm-error-reset-at` "
     "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",

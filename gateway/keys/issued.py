@@ -55,7 +55,9 @@ _CLOSE_S = 5.0  # the most a shutdown waits for the watch and for the store to c
 # own state (an admin key that could issue admin keys would outlive its own revocation).
 _NOT_CHOSEN = {"key": "the gateway makes the key and answers it once",
                "key_sha256": "the gateway makes the key and answers it once",
-               "admin": "an issued key cannot be an admin key"}  # fmt: skip
+               "admin": "an issued key cannot be an admin key",
+               # Nothing could turn it on (it has no line in the file to edit): revoke it instead.
+               "disabled": "an issued key is revoked (DELETE), not turned off"}  # fmt: skip
 
 PutOutcome = Literal["ok", "taken", "full", "rate"]
 
@@ -171,9 +173,16 @@ def requested(doc: Mapping[str, Any], secret: str, cfg: GatewayConfig, issued_by
             return KeyRefused(400, "invalid_key_request", "give one of 'expires_at' and 'ttl_s', not both")
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
             return KeyRefused(400, "invalid_key_request", "'ttl_s' must be a positive number of seconds")
+    issuer = next((k for k in cfg.keys if k.name == issued_by), None)
+    # A key issued lives no longer than its issuer works (gateway.auth puts that in force): an
+    # admin key that ends tonight made keys that worked for max_ttl_s after it (review).
+    issuer_end = None if issuer is None or issuer.expires_at is None else issuer.expires_at.timestamp()
     if "expires_at" not in fields:
+        ends = now + (ttl if ttl is not None else cfg.keys_api.default_ttl_s)
+        if ttl is None and issuer_end is not None:
+            ends = min(ends, issuer_end)  # what was not asked for is not refused
         try:
-            fields["expires_at"] = _instant(now + (ttl if ttl is not None else cfg.keys_api.default_ttl_s))
+            fields["expires_at"] = _instant(ends)
         except (OverflowError, ValueError, OSError):  # past year 9999
             return KeyRefused(400, "invalid_key_request", "'ttl_s' is too large: give 'expires_at' instead")
     fields["key_sha256"] = digest(secret).hex()
@@ -190,6 +199,10 @@ def requested(doc: Mapping[str, Any], secret: str, cfg: GatewayConfig, issued_by
         # millennia (review).
         return KeyRefused(400, "invalid_key_request",
                           f"an issued key may work {cfg.keys_api.max_ttl_s:g} s at most (keys_api.max_ttl_s)")
+    if issuer_end is not None and config.expires_at.timestamp() > issuer_end:
+        return KeyRefused(400, "invalid_key_request",
+                          f"an issued key may not outlive the admin key that issues it ('{issued_by}' "
+                          f"expires at {iso(issuer_end)})")
     if set(config.name) <= {"."}:  # "." and ".." are a URL's dot segments: DELETE could not name it
         return KeyRefused(400, "invalid_key_request", "a key's name may not be dots alone")
     if config.team is not None and config.team not in {t.name for t in cfg.teams}:

@@ -436,7 +436,7 @@ class Accounts:
         if key.expires_at is not None:
             head["expires_at"] = iso(key.expires_at)
         if key.disabled is not None:
-            head["disabled"] = key.disabled  # "key", or "team": turned off with its team
+            head["disabled"] = key.disabled  # "key", "team", "issuer", "team_removed"
         if not key.limited:
             # Nothing to hold it to, so nothing is counted here (its spend is in the metrics
             # and log lines): zeros would read as "unused".

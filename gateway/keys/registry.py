@@ -47,8 +47,10 @@ class KeySpec:
     team_budget: Budget | None = None
     admin: bool = False
     expires_at: float | None = None  # epoch seconds: from then on the key is refused
-    # Turned off by the operator (keys[].disabled, or its team's): refused, its account kept.
-    disabled: Literal["key", "team"] | None = None
+    # Turned off by the operator (keys[].disabled, or its team's; for an issued key, the admin
+    # key that issued it, or its team, no longer in the config): refused, its account kept.
+    disabled: Literal["key", "team", "issuer", "team_removed"] | None = None
+    issued_by: str | None = None  # the admin key that issued it, for a key issued at run time
     _allowed: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def allows(self, model: str | None) -> bool:

@@ -59,7 +59,12 @@ async def issue(request: web.Request) -> web.StreamResponse:
         limited = gateway_failure(429, c, message, "issue_rate_limited", final=True)
         return await relay(request, svc, state, limited)
     view = await _view(svc, key)
-    return web.json_response({"key": secret, **view}, status=201)
+    # The one answer that holds the secret: no cache on the way may keep it (as OAuth's token
+    # answer, RFC 6749 5.1; Pragma for an HTTP/1.0 cache).
+    return web.json_response({"key": secret, **view}, status=201, headers=_NOT_STORED)
+
+
+_NOT_STORED = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
 async def revoke(request: web.Request) -> web.StreamResponse:

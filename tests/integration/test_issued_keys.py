@@ -133,6 +133,9 @@ async def test_only_an_admin_key_issues_or_revokes(make_gateway: MakeGateway) ->
     ({"name": "a b"}, 400, "invalid_key_request", "name: String should match pattern"),
     ({"name": "a", "admin": True}, 400, "invalid_key_request", "an issued key cannot be an admin key"),
     ({"name": "a", "key": "mine"}, 400, "invalid_key_request", "'key' is not accepted"),
+    # Issued off, it was a key no one could turn on (nothing in the file to edit), counted in
+    # max_issued, whose refusal told its holder to ask for it to be turned on in the config.
+    ({"name": "a", "disabled": True}, 400, "invalid_key_request", "'disabled' is not accepted"),
     ({"name": "a", "ttl_s": 60, "expires_at": "2099-01-01T00:00:00Z"}, 400, "invalid_key_request", "not both"),
     ({"name": "a", "ttl_s": 0}, 400, "invalid_key_request", "'ttl_s' must be a positive number"),
     ({"name": "a", "expires_at": "2099-01-01T00:00:00"}, 400, "invalid_key_request", "has no time zone"),
@@ -150,6 +153,17 @@ async def test_a_key_is_judged_as_a_key_of_the_file_is(
     assert got == status and answer["error"]["code"] == code and words in answer["error"]["message"], answer
     assert "lots" not in answer["error"]["message"]  # what was sent is not quoted back
     assert "a" not in await listed(gw)
+
+
+async def test_the_answer_that_carries_the_key_is_never_stored_by_a_cache(make_gateway: MakeGateway) -> None:
+    """The one answer holding the secret said nothing of caching: a proxy or client cache
+    between the orchestrator and the gateway was free to keep it (OAuth's token answer must say
+    no-store, RFC 6749 5.1)."""
+    gw = await make_gateway(FILE_KEYS)
+    async with gw.session.post(gw.base + "/v1/gateway/keys", json={"name": "cached"}, headers=ROOT) as r:
+        assert r.status == 201 and (await r.json())["key"].startswith("llmgw_")
+        assert r.headers.get("cache-control") == "no-store"
+        assert r.headers.get("pragma") == "no-cache"  # an HTTP/1.0 cache reads this alone
 
 
 async def test_a_name_is_one_key_and_the_set_is_capped_and_paced(make_gateway: MakeGateway) -> None:
@@ -250,3 +264,83 @@ async def test_an_issued_key_a_reload_hid_behind_a_file_key_is_revoked_all_the_s
     assert (await gw.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 401  # gone, not hidden
     assert (await revoke(gw, "coll"))[0] == 404
 
+
+
+async def test_the_keys_an_admin_key_issued_go_off_with_it(make_gateway: MakeGateway, tmp_path: Path) -> None:
+    """An operator who took a leaked admin key out of the file (or turned it off) still had
+    every key it had issued in force, up to keys_api.max_issued of them for up to 30 days:
+    the children of a removed admin key answered 200 (review). They are turned off with it, and
+    back on when it comes back."""
+    gw = await make_gateway(FILE_KEYS)
+    _, made = await issue(gw, {"name": "child"})
+    run = {"Authorization": f"Bearer {made['key']}"}
+    assert (await gw.chat(headers=run))[0] == 200
+    path = tmp_path / "gateway.yaml"
+    head = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nloop_breaker: {{enabled: false}}\n"
+    reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.issued_keys"), env={})
+    other_admin = "  - {name: root, key: gk-root, admin: true}\n"
+    for root in ("",  # removed, another admin in its place
+                 "  - {name: root, key: gk-root}\n",  # no longer an admin key
+                 "  - {name: root, key: gk-root, admin: true, disabled: true}\n"):  # turned off
+        path.write_text(head + FILE_KEYS.replace(other_admin, root + "  - {name: ops, key: gk-ops, admin: true}\n"))
+        assert await reloader.reload("SIGHUP", quiet_if_same=True)
+        status, _, body = await gw.chat(headers=run)
+        error = json.loads(body)["error"]
+        assert status == 401 and error["code"] == "disabled_client_key", (root, body)
+        assert error["message"] == ("the gateway key 'child' is turned off (the admin key 'root' that issued it "
+                                    "is no longer one in the gateway's config); ask for a new key")
+        async with gw.session.get(gw.base + "/v1/gateway/keys", headers={"x-api-key": "gk-ops"}) as r:
+            assert {k["name"]: k.get("disabled") for k in (await r.json())["keys"]}["child"] == "issuer"
+    path.write_text(head + FILE_KEYS)
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    assert (await gw.chat(headers=run))[0] == 200  # its admin key is back: so is the key
+
+
+async def test_an_issued_key_ends_no_later_than_the_admin_key_that_issued_it(
+    make_gateway: MakeGateway, tmp_path: Path,
+) -> None:
+    """An admin key that ends issued keys that outlived it by up to keys_api.max_ttl_s: a
+    contractor's orchestrator key ending tonight made a key working for 30 days (review)."""
+    end = datetime.fromtimestamp(time.time() + 3600, UTC).replace(microsecond=0)
+    gw = await make_gateway(FILE_KEYS.replace("admin: true}", f"admin: true, expires_at: '{end.isoformat()}'}}"))
+    status, body = await issue(gw, {"name": "later", "ttl_s": 7200})
+    assert status == 400 and body["error"]["code"] == "invalid_key_request"
+    assert "may not outlive the admin key that issues it" in body["error"]["message"]
+    status, made = await issue(gw, {"name": "default"})  # a day by default: its issuer's end instead
+    assert status == 201 and made["expires_at"] == end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    _, child = await issue(gw, {"name": "child", "ttl_s": 1800})
+    run = {"Authorization": f"Bearer {child['key']}"}
+    # A reload that ends the admin key sooner ends what it issued as soon.
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nloop_breaker: {{enabled: false}}\n"
+                    + FILE_KEYS.replace("admin: true}", "admin: true, expires_at: '2026-01-01T00:00:00Z'}"))
+    assert await Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.issued_keys"), env={}).reload(
+        "SIGHUP", quiet_if_same=True)
+    status, _, body = await gw.chat(headers=run)
+    assert status == 401 and json.loads(body)["error"]["code"] == "expired_client_key"
+
+
+async def test_an_issued_key_of_a_team_a_reload_removed_is_turned_off(
+    make_gateway: MakeGateway, tmp_path: Path,
+) -> None:
+    """A file's key of a team the file no longer names is refused at load; an issued key of it
+    went on, with no team budget at all: a $1 team budget spent, the team removed, and its key
+    answered 200 (review). It is turned off, and on again when the team is back."""
+    gw = await make_gateway(FILE_KEYS)
+    _, made = await issue(gw, {"name": "teamed", "team": "web"})
+    run = {"Authorization": f"Bearer {made['key']}"}
+    assert (await gw.chat(headers=run))[0] == 200
+    path = tmp_path / "gateway.yaml"
+    head = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nloop_breaker: {{enabled: false}}\n"
+    reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.issued_keys"), env={})
+    path.write_text(head + "keys:\n  - {name: alice, key: gk-alice}\n  - {name: root, key: gk-root, admin: true}\n")
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    status, _, body = await gw.chat(headers=run)
+    error = json.loads(body)["error"]
+    assert status == 401 and error["code"] == "disabled_client_key", body
+    assert error["message"] == ("the gateway key 'teamed' is turned off (its team 'web' is no longer in the "
+                                "gateway's config); ask the gateway's operator to turn it back on")
+    assert (await listed(gw))["teamed"]["disabled"] == "team_removed"
+    path.write_text(head + FILE_KEYS)
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    assert (await gw.chat(headers=run))[0] == 200

@@ -20,8 +20,9 @@ from gateway.keys import issued
 from gateway.live import LIVE
 from gateway.reload.reloader import Reloader
 from gateway.state.redis_store import connect
+from tests.fakeupstream import Stream, chunk, data_events
 from tests.integration.conftest import Gateway, MakeGateway, eventually
-from tests.integration.test_issued_keys import FILE_KEYS, issue, listed, revoke
+from tests.integration.test_issued_keys import FILE_KEYS, issue, listed, revoke, settled
 from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
@@ -288,3 +289,38 @@ async def test_a_replica_of_flat_keys_only_never_looks_for_a_wrong_key(
     assert (await gw.chat(headers={"Authorization": "Bearer gk-flat"}))[0] == 200
     # The watch may read once meanwhile; the thirty requests read nothing.
     assert reads <= 1
+
+
+async def test_streams_in_flight_when_their_key_is_revoked_finish_and_are_charged(
+    make_gateway: MakeGateway, redis_server: RedisServer,
+) -> None:
+    """What docs/keys.md says of a revocation: refused from the next request on; the streams
+    already in flight, on another replica, finish whole and their spend is the key's and its
+    team's, found again by a key issued under the name."""
+    prices = "prices: {'gpt-4o-mini*': {input: 1, output: 2}}\n"
+    a = await make_gateway(prices + shared(redis_server), real_sleep=True)
+    b = await make_gateway(prices + shared(redis_server), fake=a.fake, real_sleep=True)
+    rules = {"name": "run-9", "team": "web", "budget": {"usd": 10, "period": "day"}, "parallel": 5}
+    _, made = await issue(a, rules)
+    run = {"Authorization": f"Bearer {made['key']}"}
+    slow = Stream([chunk({"content": f"w{i} "}) for i in range(20)] + [chunk({}, "stop")], delay_s=0.05)
+    a.fake.script(slow, slow, slow)
+    stream = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "long"}]}
+    streams = [asyncio.create_task(b.chat(stream, headers=run)) for _ in range(3)]
+    await eventually(lambda: len(a.fake.chat_requests()) == 3, "three streams upstream")
+    assert (await listed(a))["run-9"]["in_flight"] == 3
+    assert (await revoke(a, "run-9"))[0] == 200
+    assert (await a.chat(headers=run))[0] == 401  # refused from then on (on b within POLL_S)
+    for task in streams:
+        status, _, body = await task
+        assert status == 200 and data_events(body)[-1] == "[DONE]"
+    _, again = await issue(a, rules)  # the same account: it finds what the three spent
+    state = await settled(a, "run-9")
+    # What one such stream of a key not revoked spends.
+    _, ref = await issue(a, {**rules, "name": "ref"})
+    a.fake.script(slow)
+    assert (await b.chat(stream, headers={"Authorization": f"Bearer {ref['key']}"}))[0] == 200
+    ref_state = await settled(a, "ref")
+    one = ref_state["budget"]["spent_usd"]
+    assert one > 0 and state["budget"]["spent_usd"] == pytest.approx(3 * one) and state["in_flight"] == 0
+    assert ref_state["team_budget"]["spent_usd"] == pytest.approx(4 * one)  # the three, and ref's

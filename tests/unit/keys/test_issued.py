@@ -137,7 +137,8 @@ def test_an_issued_key_joins_the_ring_and_a_key_of_the_file_keeps_its_name() -> 
     run = made({"name": "run", "team": "web"}, "llmgw_run")
     shadowed = made({"name": "shadow"}, "llmgw_shadow")
     cfg = parse_config("upstreams: [{name: u, base_url: 'http://127.0.0.1:9/v1'}]\n"
-                       "keys: [{name: shadow, key: gk-shadow}]\nteams: [{name: web, budget: {usd: 100}}]\n",
+                       "keys: [{name: shadow, key: gk-shadow}, {name: root, key: gk-root, admin: true}]\n"
+                       "teams: [{name: web, budget: {usd: 100}}]\n",
                        env={})  # fmt: skip
     auth = ClientAuth.from_config(cfg, [run, shadowed])
     found = auth.check({"Authorization": "Bearer llmgw_run"}, now=NOW)
