@@ -493,7 +493,7 @@ async def continuing(svc: Services, state: RequestState, route: Route,
                  and not await _refusing(up, state.model)]  # fmt: skip
         table = pool.affinity
         if conversation is not None and table is not None:
-            ranked = conversation_order(ready, table.get(conversation), conversation)
+            ranked = conversation_order(ready, table.get(conversation, pool.names), conversation)
         else:
             ranked = order(pool.cfg.strategy, ready, svc.rand)
         out.extend(pool.members[v.slot] for v in ranked)
