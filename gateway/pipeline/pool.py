@@ -695,8 +695,17 @@ async def _send(
         moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
     elif resetting:
         moves, cap = _rate_limited, 0
-    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
-    return await _held(svc, state, up, sending)
+    ps, pool = svc.pool_state, state.pool
+    if ps is not None and pool is not None:
+        # A retry's wait is no reason to call a deployment a reload took out meanwhile (a
+        # broken or leaked key, as likely as not): a request whose 503s were retried there
+        # called it 5 times more after the reload (measured).
+        plan.in_force = lambda: not ps.gone(pool, [up.cfg])
+    try:
+        sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
+        return await _held(svc, state, up, sending)
+    finally:
+        plan.in_force = None
 
 
 async def _held(

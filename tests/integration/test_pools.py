@@ -1282,6 +1282,31 @@ async def test_a_rename_that_changes_a_configured_header_is_another_deployment(
     assert gw.app[LIVE].services.pools["gpt"].renamed == ({"b": "b2"} if project == "proj_A" else {})
 
 
+async def test_a_request_retrying_an_outage_does_not_call_a_deployment_a_reload_removed(make_pool: MakePool) -> None:
+    """a and b answer 503; the request's retries are spent on b, the last tried. A reload takes b
+    out of the pool during the first backoff (an operator removing the broken deployment): b got
+    5 more calls from that request after the reload, one per retry. It gets none now; the
+    request is answered with b's 503, retryable, and the client's retry goes to the pool in force."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # a is asked first
+    fakes["a"].always = Reply(503, UNAVAILABLE)
+    fakes["b"].always = Reply(503, UNAVAILABLE)
+    svc = gw.app[LIVE].services
+    at_reload: list[dict[str, int]] = []
+
+    async def reload_at_the_first_backoff(s: float) -> None:
+        gw.slept.append(s)
+        if len(gw.slept) == 1:
+            at_reload.append(_calls(fakes))
+            await _reloaded(gw, fakes, "a", "weighted")
+
+    svc.sleep = reload_at_the_first_backoff
+    status, headers, _ = await gw.chat()
+    assert at_reload == [{"a": 1, "b": 1}]
+    assert _calls(fakes)["b"] == 1, _calls(fakes)
+    assert status == 503 and headers["x-llm-error-retryable"] == "true"
+
+
 async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_reload_removed(
     make_pool: MakePool,
 ) -> None:
