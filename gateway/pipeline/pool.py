@@ -493,7 +493,7 @@ async def continuing(svc: Services, state: RequestState, route: Route,
                  and not await _refusing(up, state.model)]  # fmt: skip
         table = pool.affinity
         if conversation is not None and table is not None:
-            ranked = conversation_order(ready, table.get(conversation), conversation)
+            ranked = conversation_order(ready, table.get(conversation, pool.names), conversation)
         else:
             ranked = order(pool.cfg.strategy, ready, svc.rand)
         out.extend(pool.members[v.slot] for v in ranked)
@@ -695,8 +695,17 @@ async def _send(
         moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
     elif resetting:
         moves, cap = _rate_limited, 0
-    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
-    return await _held(svc, state, up, sending)
+    ps, pool = svc.pool_state, state.pool
+    if ps is not None and pool is not None:
+        # A retry's wait is no reason to call a deployment a reload took out meanwhile (a
+        # broken or leaked key, as likely as not): a request whose 503s were retried there
+        # called it 5 times more after the reload (measured).
+        plan.in_force = lambda: not ps.gone(pool, [up.cfg])
+    try:
+        sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
+        return await _held(svc, state, up, sending)
+    finally:
+        plan.in_force = None
 
 
 async def _held(
@@ -927,9 +936,11 @@ async def _all_sitting_out(
                        failed.provider_code if failed is not None else "pool_rate_limited",
                        failed.message if failed is not None else None,
                        f"earliest reset in pool '{pool.cfg.name}': {earliest.name}")  # fmt: skip
-    # A 429 made final by a reset another request ended on: its wait was that request's. One
-    # whose room the estimates in flight hold waited as long as it may already.
-    wait = None if plan.stopped is StopReason.PENDING_RESET or room is not None else plan.next_wait(c)
+    # One whose room the estimates in flight hold waited as long as it may already. A 429 made
+    # final by a reset another request noted (send.py) still waits for the pool's: a request
+    # a moment later skips every key and waits, and one whose call was out when the note came
+    # was answered 429 with `x-should-retry: false` instead (3 of 4 sent at once, measured).
+    wait = None if room is not None else plan.next_wait(c)
     if wait is not None:
         if await waited_and_confirmed(svc, wait):
             state.retries += 1

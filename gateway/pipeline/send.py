@@ -372,6 +372,8 @@ async def _retry(
         nonlocal here
         if not await waited_and_confirmed(svc, wait_s):
             raise _Refused
+        if plan.in_force is not None and not plan.in_force():
+            raise _Gone
         outcome = last[0]
         here += 1
         state.retries += 1
@@ -399,6 +401,9 @@ async def _retry(
     except _Refused:
         plan.stopped = StopReason.BUDGET  # as if the budget had said no before the wait
         return last[0]
+    except _Gone:
+        plan.stopped = StopReason.MOVING_ON  # what is left of the pool in force may serve it
+        return last[0]
     finally:
         plan.hop_cap = None
 
@@ -417,6 +422,10 @@ async def waited_and_confirmed(svc: Services, wait_s: float) -> bool:
 
 class _Refused(Exception):
     """The shared retry budget did not confirm a held retry."""
+
+
+class _Gone(Exception):
+    """A reload took the upstream being retried out of its pool during the retry's wait."""
 
 
 def param_fixed(svc: Services, state: RequestState, call: Call, body: bytes) -> bytes:

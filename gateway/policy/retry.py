@@ -80,6 +80,9 @@ class RetryPlan:
     # Whether the upstream being tried may be retried again after this failure; None: no
     # limit but the class's. Set while a fallback is left to try (see pipeline/chain.py).
     hop_cap: Callable[[Classification], bool] | None = None
+    # Whether the upstream being retried is still in force after a retry's wait (a pool's
+    # deployment a reload took out is not called again); None: always.
+    in_force: Callable[[], bool] | None = None
     started_at: float = 0.0
     last_code: str | None = None  # the provider code of the previous failure
     # The request is bigger than the upstream's context window: an empty stream is then its

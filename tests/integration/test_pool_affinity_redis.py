@@ -168,6 +168,41 @@ def test_a_removed_deployment_moves_each_of_its_conversations_once_and_counts_it
     assert a.get("removed", 0) + b.get("removed", 0) == len(on_c)
 
 
+def test_a_removal_that_reached_one_replica_first_moves_each_conversation_once(replicas: Replicas) -> None:
+    """A rolling reload: A loads a pool without key-b and with key-d while B still serves the old
+    one, as a ConfigMap reaches pods one after another. A moves each conversation homed on key-b,
+    once; B, whose config still has key-b and lacks key-d, keeps serving key-b until its own
+    reload, and must not claim the conversation back from a home it does not know. Before, B's
+    keep read key-d back, B found it outside its pool and claimed key-b again in Redis (a
+    ``removed`` break), and A moved it to key-d again (another): 10 breaks for the 8
+    conversations on key-b, Redis's home flipped at every keep."""
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    opening = [f"conversation {i}: update the changelog" for i in range(30)]
+    served = {o: [_answered_turn(clients[t % 2], o, t) for t in range(3)] for o in opening}  # A, B, A
+    on_b = [o for o, v in served.items() if v[0] == "key-b"]
+    assert on_b and all(len(set(v)) == 1 for v in served.values())
+    replicas.write("key-a, key-c, key-d")
+    os.kill(replicas.a.proc.pid, signal.SIGHUP)
+    assert '"config_reloaded"' in replicas.a.logs_when(lambda text: '"config_reloaded"' in text, 10)
+    moved = {o: _answered_turn(clients[0], o, 3) for o in on_b}
+    assert "key-b" not in moved.values() and "key-d" in moved.values()
+    time.sleep(10.5)  # past each replica's keep of its homes (state/affinity.py's _KEEP_EVERY_S)
+    for t in (4, 5):  # B: the first turn keeps the home, the next reads what Redis holds
+        for o in on_b:
+            assert _answered_turn(clients[1], o, t) in ("key-b", moved[o])
+    for t in (6, 7):
+        for o in on_b:
+            assert _answered_turn(clients[0], o, t) == moved[o]
+    os.kill(replicas.b.proc.pid, signal.SIGHUP)
+    assert '"config_reloaded"' in replicas.b.logs_when(lambda text: '"config_reloaded"' in text, 10)
+    for t in range(8, 12):
+        for o in on_b:
+            assert _answered_turn(clients[t % 2], o, t) == moved[o]
+    a, b = _breaks(replicas.a), _breaks(replicas.b)
+    assert a.get("removed", 0) + b.get("removed", 0) == len(on_b), (a, b, len(on_b))
+
+
 def test_a_home_removed_then_re_added_is_the_same_on_both_replicas(replicas: Replicas) -> None:
     """Audit (pools on reload, 2026-11-30): conversations homed on key-b, their turns on both
     replicas (A, B, A); a reload without key-b and a turn on B alone (B moved each to a new home); a

@@ -225,6 +225,31 @@ async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest
     assert headers["x-llm-attempts"] == "3"
 
 
+async def test_with_every_key_limited_briefly_concurrent_requests_all_wait_for_the_earliest_reset(
+    make_pool: MakePool,
+) -> None:
+    """Two requests at once on a pool whose keys are limited for 1 s: Y's call to a is still out
+    when X's 429s there and on b note their resets. Both wait for the reset, as a request
+    arriving a moment later does (it skips both keys and waits). Before, Y's own 429 was made
+    final by the reset X had noted (its wait "was that request's"), and Y alone was answered
+    429 with `x-should-retry: false`: 4 requests at once on two keys limited for 25 s, 3 answered
+    429 at once and 1 after the wait, where 4 sent 0.7 s apart were all answered."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    held = asyncio.Event()
+    limited = {"retry-after": "1"}
+    fakes["a"].script(Reply(429, RATE_LIMITED, limited, until=held), Reply(429, RATE_LIMITED, limited))
+    fakes["b"].script(Reply(429, RATE_LIMITED, limited))  # then both answer
+    y = asyncio.create_task(gw.chat(_chat("request y")))
+    await eventually(lambda: _calls(fakes)["a"] == 1, "Y's call to a is out")
+    x = asyncio.create_task(gw.chat(_chat("request x")))
+    await eventually(lambda: _calls(fakes)["b"] == 1, "X met both keys' limits")
+    held.set()
+    (y_status, y_headers, _), (x_status, _, _) = await asyncio.gather(y, x)
+    assert x_status == 200
+    assert y_status == 200, y_headers
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
@@ -1255,6 +1280,31 @@ async def test_a_rename_that_changes_a_configured_header_is_another_deployment(
     await gw.app[LIVE].replace(parse_config(text, env={}))
     assert gw.app[LIVE].services.pool_state.record_key == record_key("a-shared-secret")
     assert gw.app[LIVE].services.pools["gpt"].renamed == ({"b": "b2"} if project == "proj_A" else {})
+
+
+async def test_a_request_retrying_an_outage_does_not_call_a_deployment_a_reload_removed(make_pool: MakePool) -> None:
+    """a and b answer 503; the request's retries are spent on b, the last tried. A reload takes b
+    out of the pool during the first backoff (an operator removing the broken deployment): b got
+    5 more calls from that request after the reload, one per retry. It gets none now; the
+    request is answered with b's 503, retryable, and the client's retry goes to the pool in force."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # a is asked first
+    fakes["a"].always = Reply(503, UNAVAILABLE)
+    fakes["b"].always = Reply(503, UNAVAILABLE)
+    svc = gw.app[LIVE].services
+    at_reload: list[dict[str, int]] = []
+
+    async def reload_at_the_first_backoff(s: float) -> None:
+        gw.slept.append(s)
+        if len(gw.slept) == 1:
+            at_reload.append(_calls(fakes))
+            await _reloaded(gw, fakes, "a", "weighted")
+
+    svc.sleep = reload_at_the_first_backoff
+    status, headers, _ = await gw.chat()
+    assert at_reload == [{"a": 1, "b": 1}]
+    assert _calls(fakes)["b"] == 1, _calls(fakes)
+    assert status == 503 and headers["x-llm-error-retryable"] == "true"
 
 
 async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_reload_removed(
