@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from gateway import jsonbody
-from gateway.apis import api_of_path, dialect_for_errors, gemini_call, output_budget
+from gateway.apis import api_of_path, dialect_for_errors, gemini_call, gemini_resource, output_budget
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.apis.common import admit_messages, model_too_long
 from gateway.apis.responses.warm_ids import not_found_body
@@ -311,7 +311,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:
             return await relay(request, svc, state, refused)
-    api = api_of_path(request.path) or ("gemini" if gemini_call(request.method, request.path) else None)
+    path_of_gemini = gemini_resource(request.path, gemini_caller(request))
+    gemini = gemini_call(request.method, request.path) or path_of_gemini
+    api = api_of_path(request.path) or ("gemini" if gemini else None)
     route = _route(svc, state, state.model, api)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)
