@@ -253,6 +253,26 @@ async def test_a_gemini_resource_goes_to_the_upstream_that_speaks_gemini_behind_
         await google.close()
 
 
+async def test_a_cache_of_a_model_named_as_googles_resource_goes_to_the_route_of_that_model(make_gateway) -> None:
+    # google-genai's caches.create names ``models/gemini-2.5-flash``: read whole, it matched no
+    # route's ``gemini-*`` and was answered 404 "no upstream is configured for model".
+    from tests.fakeupstream import FakeUpstream
+
+    google = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(upstreams="  - {name: chat, base_url: 'http://127.0.0.1:9/v1', apis: [chat], "
+                                          "models: ['gpt-*']}\n"
+                                          f"  - {{name: google, base_url: '{google.url}', apis: [gemini], "
+                                          "models: ['gemini-*']}\n")  # fmt: skip
+        body = {"model": "models/gemini-2.5-flash", "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        async with gw.session.post(gw.base + "/v1/cachedContents", json=body, headers={"x-goog-api-key": "k"}) as r:
+            await r.read()
+        [sent] = google.requests
+        assert sent.path == "/v1/cachedContents" and sent.json() == body  # the name as the client wrote it
+    finally:
+        await google.close()
+
+
 async def test_openais_files_and_batches_are_still_forwarded_for_an_openai_caller(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=", apis: [chat]")
     for path in ("/v1/files", "/v1/batches"):
