@@ -43,6 +43,23 @@ def gemini_call(method: str, path: str) -> bool:
     return method == "POST" and path.startswith("/v1/models/") and ":" in path.rpartition("/")[2]
 
 
+# The Gemini API's resources under ``/v1/`` beside its models (google-genai's caches, files,
+# batches, tunings, file search stores): none is OpenAI's, Anthropic's or a translation's, so
+# routed to an upstream that does not speak Gemini each is refused there in Google's words.
+# Before, a chat upstream was sent them with the operator's key, and the SDK got that server's
+# OpenAI-shaped 404 (``caches.create``: one upstream call, ``APIError 404 None``).
+_GEMINI_ROOTS = ("/v1/cachedContents", "/v1/tunedModels", "/v1/fileSearchStores", "/v1/operations",
+                 "/v1/corpora", "/v1/auth_tokens", "/v1/generatedFiles")  # fmt: skip
+# OpenAI's API has these two as well: Gemini's only for a caller with a Gemini key.
+_GEMINI_CALLER_ROOTS = ("/v1/files", "/v1/batches")
+
+
+def gemini_resource(path: str, gemini_caller: bool) -> bool:
+    """A path of the Gemini API's resources other than a model's methods (``gemini_call``)."""
+    roots = _GEMINI_ROOTS + _GEMINI_CALLER_ROOTS if gemini_caller else _GEMINI_ROOTS
+    return any(path == root or path.startswith((root + "/", root + ":")) for root in roots)
+
+
 def api_of_path(path: str) -> str | None:
     """The API a ``/v1/...`` path belongs to, for the paths that belong to one API only
     (``/v1/models`` and ``/v1/embeddings`` do not). OpenAI's Conversations API holds

@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from gateway import jsonbody
-from gateway.apis import api_of_path, dialect_for_errors, gemini_call, output_budget
+from gateway.apis import api_of_path, dialect_for_errors, gemini_call, gemini_resource, output_budget
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.apis.common import admit_messages, model_too_long
 from gateway.apis.responses.warm_ids import not_found_body
@@ -296,6 +296,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         payload = doc if isinstance(doc, dict) else {}
         named = payload.get("model")
         model = named if isinstance(named, str) else None
+    path_of_gemini = gemini_resource(request.path, gemini_caller(request))
+    gemini = gemini_call(request.method, request.path) or path_of_gemini
+    if gemini and model is not None and model.startswith("models/"):
+        # Google names a model as a resource (google-genai's caches.create sends
+        # ``models/gemini-2.5-flash``): routes and a key's models name it bare, as generateContent
+        # does. Read whole, it matched no ``gemini-*`` route: a 404 naming no upstream.
+        model = model.removeprefix("models/")
     too_long = model_too_long(model) if model is not None else None
     if too_long is not None:  # before routing caches it
         return await relay(request, svc, state, bad_request(too_long.message, too_long.code))
@@ -311,7 +318,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:
             return await relay(request, svc, state, refused)
-    api = api_of_path(request.path) or ("gemini" if gemini_call(request.method, request.path) else None)
+    api = api_of_path(request.path) or ("gemini" if gemini else None)
     route = _route(svc, state, state.model, api)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)

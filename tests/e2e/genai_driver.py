@@ -71,6 +71,12 @@ elif scenario == "recipes":  # the structured-output guide's list[Recipe] and en
     enum = types.GenerateContentConfig(response_mime_type="text/x.enum", response_schema=Instrument)
     r = client.models.generate_content(model=model, contents="What is an oboe?", config=enum)
     out["enum"] = [r.text, r.parsed.value if isinstance(r.parsed, Enum) else r.parsed]
+elif scenario == "empty":  # an answer with nothing in it (its tokens spent), then the chat goes on
+    chat = client.chats.create(model=model)
+    r = chat.send_message("hi")
+    out["text"], out["finish"] = r.text, r.candidates[0].finish_reason.value
+    out["second"] = chat.send_message("again").text
+    out["history"] = [c.role for c in chat.get_history(curated=True)]  # what the next turn sends
 elif scenario == "error":
     try:
         client.models.generate_content(model=model, contents="say hi")

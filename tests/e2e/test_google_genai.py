@@ -128,3 +128,21 @@ def test_sdk_raises_an_upstream_rate_limit_as_resource_exhausted_with_retry_info
     assert out["code"] == 429 and out["status"] == "RESOURCE_EXHAUSTED"
     details = out["details"]["error"]["details"]
     assert {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"} in details
+
+
+def test_an_empty_answer_has_no_parts_and_the_sdks_chat_leaves_it_out_of_its_history(
+    genai_python: Path, genai_gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    """A model that spent its tokens before any word (a thinking model at its limit): Google
+    sends the candidate's content with no parts (``{"role": "model"}``, google/adk-python#1357),
+    ``response.text`` is None, and the SDK's chat drops that exchange from the history it sends
+    next. An empty text part made it an answer: ``text`` "" and the next request carried the
+    failed exchange (user, an empty model turn, user)."""
+    spent = chat_completion(model="qwen", content="")
+    spent["choices"][0]["finish_reason"] = "length"
+    upstream.script(Reply(200, spent), Reply(200, chat_completion(model="qwen", content="Sure.")))
+    out = drive(genai_python, genai_gateway, "empty")
+    assert out["text"] is None and out["finish"] == "MAX_TOKENS"
+    assert out["second"] == "Sure." and out["history"] == ["user", "model"]
+    second = upstream.requests[-1].json()
+    assert second["messages"] == [{"role": "user", "content": "again"}]

@@ -219,6 +219,68 @@ async def test_an_openai_fine_tune_under_v1_models_is_still_forwarded(make_gatew
         ("DELETE", "/v1/models/ft:gpt-4o-mini-2024-07-18:org:suffix:abc123")]
 
 
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/cachedContents"),  # google-genai's caches.create, as it sends it
+    ("GET", "/v1/cachedContents/abc123"), ("DELETE", "/v1/cachedContents/abc123"),
+    ("GET", "/v1/files"), ("GET", "/v1/files/abc123"), ("POST", "/v1/batches/b1:cancel"),
+    ("POST", "/v1/tunedModels"), ("GET", "/v1/fileSearchStores")])  # fmt: skip
+@pytest.mark.parametrize("apis", ["chat", "messages"])
+async def test_a_gemini_resource_under_v1_is_refused_in_googles_envelope_without_a_call(
+    make_gateway, method: str, path: str, apis: str
+) -> None:
+    # It went to the upstream with the operator's key, and google-genai raised its
+    # OpenAI-shaped 404 as ``APIError 404 None`` ("unknown path /v1/cachedContents").
+    gw = await make_gateway(upstream_yaml=f", apis: [{apis}]")
+    body = {"model": "models/gemini-2.5-flash", "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    async with gw.session.request(method, gw.base + path, json=body, headers={"x-goog-api-key": "k"}) as r:
+        err = (await r.json())["error"]
+        assert r.status == 404 and err["code"] == 404 and err["status"] == "NOT_FOUND", err
+    assert f"speaks {apis}, not gemini" in err["message"] and not gw.fake.requests
+
+
+async def test_a_gemini_resource_goes_to_the_upstream_that_speaks_gemini_behind_a_chat_one(make_gateway) -> None:
+    # ``caches.list`` names no model: it went to the first upstream, the chat one.
+    from tests.fakeupstream import FakeUpstream
+
+    google = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(upstreams="  - {name: chat, base_url: 'http://127.0.0.1:9/v1', apis: [chat]}\n"
+                                          f"  - {{name: google, base_url: '{google.url}', apis: [gemini]}}\n")  # fmt: skip
+        async with gw.session.get(gw.base + "/v1/cachedContents", headers={"x-goog-api-key": "k"}) as r:
+            await r.read()
+        assert [q.path for q in google.requests] == ["/v1/cachedContents"]
+    finally:
+        await google.close()
+
+
+async def test_a_cache_of_a_model_named_as_googles_resource_goes_to_the_route_of_that_model(make_gateway) -> None:
+    # google-genai's caches.create names ``models/gemini-2.5-flash``: read whole, it matched no
+    # route's ``gemini-*`` and was answered 404 "no upstream is configured for model".
+    from tests.fakeupstream import FakeUpstream
+
+    google = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(upstreams="  - {name: chat, base_url: 'http://127.0.0.1:9/v1', apis: [chat], "
+                                          "models: ['gpt-*']}\n"
+                                          f"  - {{name: google, base_url: '{google.url}', apis: [gemini], "
+                                          "models: ['gemini-*']}\n")  # fmt: skip
+        body = {"model": "models/gemini-2.5-flash", "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        async with gw.session.post(gw.base + "/v1/cachedContents", json=body, headers={"x-goog-api-key": "k"}) as r:
+            await r.read()
+        [sent] = google.requests
+        assert sent.path == "/v1/cachedContents" and sent.json() == body  # the name as the client wrote it
+    finally:
+        await google.close()
+
+
+async def test_openais_files_and_batches_are_still_forwarded_for_an_openai_caller(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    for path in ("/v1/files", "/v1/batches"):
+        async with gw.session.get(gw.base + path, headers={"Authorization": "Bearer sk"}) as r:
+            await r.read()
+    assert [q.path for q in gw.fake.requests] == ["/v1/files", "/v1/batches"]
+
+
 async def test_a_chat_delta_stream_becomes_one_event_per_delta(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=CHAT_ONLY)
     gw.fake.script(Stream([chunk({"role": "assistant", "reasoning_content": "Think."}),

@@ -54,8 +54,10 @@ async def test_a_messages_clients_query_goes_on_as_encoded(make_gateway: MakeGat
 async def test_a_gemini_callers_key_is_taken_out_of_the_query_and_the_rest_kept_as_encoded(
     make_gateway: MakeGateway, capture: Capture
 ) -> None:
-    """``?key=`` is a credential for the gateway, never forwarded; the rest goes as it came."""
-    gw = await make_gateway(upstreams=f"  - {{name: up, base_url: 'http://127.0.0.1:{capture.port}/v1'}}\n")
+    """``?key=`` is a credential for the gateway, never forwarded; the rest goes as it came.
+    Its ``/v1/files`` is Gemini's Files API: asked of an upstream that speaks Gemini."""
+    gw = await make_gateway(upstreams=f"  - {{name: up, base_url: 'http://127.0.0.1:{capture.port}/v1', "
+                                      "apis: [gemini]}\n")  # fmt: skip
     url = URL(f"{gw.base}/v1/files?a=x%2By&key=AIza-secret&k%65y=AIza-2&b=%23", encoded=True)
     async with gw.session.get(url) as r:
         assert r.status == 200

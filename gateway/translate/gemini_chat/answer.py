@@ -141,8 +141,6 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
             name = names.client(function["name"])
             parts.append(function_call(call.get("id"), name, function.get("arguments")))
     signed_calls(parts, sealed_thinking.carried(message), ctx.upstream_model)
-    if not parts:
-        parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text
     reported = doc.get("usage")
     # Estimates (the prompt's, the answer's) only where the upstream gave no count.
     counts = reported if isinstance(reported, dict) else {}
@@ -152,6 +150,10 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     if estimated:
         ctx.notes["usage_estimated"] = True
     finish = finish_reason(choice.get("finish_reason"))
-    candidate = {"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}
+    # An answer with nothing in it is content without parts, as Google sends one (a model that
+    # spent its tokens thinking): google-genai then reads ``text`` as None and its chat leaves
+    # the exchange out of the history it sends next, where an empty text part was kept.
+    content = {"role": "model", "parts": parts} if parts else {"role": "model"}
+    candidate = {"content": content, "finishReason": finish, "index": 0}
     return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": ctx.requested_model,
             "responseId": response_id(ctx)}  # fmt: skip
