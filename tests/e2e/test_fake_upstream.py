@@ -271,13 +271,18 @@ def test_claude_code_runs_the_tool_scenario_on_a_chat_only_upstream_as_printed(
     import subprocess
 
     page = (ROOT / "docs" / "quick-start.md").read_text()
-    [line] = re.findall(r"^ANTHROPIC_BASE_URL=\S+ ANTHROPIC_AUTH_TOKEN=dummy claude --model \S+-tool .*$", page, re.M)
+    [line] = re.findall(r"^ANTHROPIC_BASE_URL=\S+ ANTHROPIC_AUTH_TOKEN=dummy \S*claude --model \S+-tool .*$", page, re.M)
+    [written] = re.findall(r"^ANTHROPIC_BASE_URL=\S+ ANTHROPIC_AUTH_TOKEN=dummy (\S*claude) --model", page, re.M)
+    # The page's path is the one `make test` installs to, from the checkout's root; run here in
+    # a scratch folder (the agent's working directory), it is the same file, named absolutely.
+    assert (ROOT / written).resolve() == claude_bin.resolve(), written
     assert "`UPSTREAM_APIS=chat make run`" in page
     home = tmp_path / "home"
     home.mkdir()
     since = len(chat_only.fake.logs())
     env = {"PATH": f"{claude_bin.parent}:/usr/bin:/bin", "HOME": str(home)}  # a fresh user, no login
-    r = subprocess.run(["bash", "-c", line.replace("http://127.0.0.1:8080", chat_only.gw.base)], cwd=tmp_path,
+    line = line.replace("http://127.0.0.1:8080", chat_only.gw.base).replace(f" {written} ", f" {claude_bin} ", 1)
+    r = subprocess.run(["bash", "-c", line], cwd=tmp_path,
                        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "The tool answered: hello from a shell tool" in r.stdout
