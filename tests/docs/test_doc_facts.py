@@ -505,3 +505,21 @@ async def test_the_codex_budget_arithmetic_is_what_the_ledger_admits() -> None:
         held = [await acc.admit(key, model, 10, output) for _ in range(int(number(n)) + 1)]
         assert not any(isinstance(r, LimitHit) for r in held[:-1]), model
         assert isinstance(held[-1], LimitHit) and held[-1].kind == "budget_held", model
+
+
+# --- what a reload leaves to a restart --------------------------------------------------------
+
+
+def test_the_fields_the_lifecycle_page_says_need_a_restart_are_the_ones_a_reload_keeps() -> None:
+    """The page's list is what an operator reads before changing a field and sending SIGHUP;
+    ``server.event_loop`` was missing from both (a reload logged it as applied) and the TLS
+    paths from the page."""
+    from gateway.reload.restart_only import RESTART_ONLY
+
+    (server, rest) = stated("docs/operations/lifecycle.md",
+                            r"(`server\.host`[^:]*?), (`state:` and `loop_breaker\.[^.]*?) need a restart")  # fmt: skip
+    said = {f"server.{n}" for n in re.findall(r"`(?:server\.)?([a-z_]+)`", server)}
+    said |= {"state:"} | {f"loop_breaker.{n}" for n in re.findall(r"`(?:loop_breaker\.)?([a-z_]+)`", rest)}
+    code = {f"{section}.{f}" if fields else f"{section}:" for section, fields in RESTART_ONLY.items()
+            for f in (fields or ("",))}  # fmt: skip
+    assert said == code
