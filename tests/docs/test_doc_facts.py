@@ -523,3 +523,27 @@ def test_the_fields_the_lifecycle_page_says_need_a_restart_are_the_ones_a_reload
     code = {f"{section}.{f}" if fields else f"{section}:" for section, fields in RESTART_ONLY.items()
             for f in (fields or ("",))}  # fmt: skip
     assert said == code
+
+
+# --- a server's wait, held or handed back ------------------------------------------------------
+
+
+def test_a_server_wait_over_max_retry_after_s_is_handed_back_not_backed_off_as_the_retries_page_says() -> None:
+    """The table read "when at most `retry.max_retry_after_s`; else backoff": a reader took a
+    60 s retry-after (30 s the default) to be backed off and retried; it is answered at once
+    (1 call, x-should-retry: false), as the prose below the table says."""
+    from gateway.config import RetryConfig
+    from gateway.errors import Classification, ErrorType
+    from gateway.policy.retry import RetryPlan, StopReason
+
+    stated("docs/errors/retries.md", r"held when at most `retry\.max_retry_after_s` \(a longer one is not retried: "
+                                     r"below\); none stated: backoff")  # fmt: skip
+    stated("docs/errors/retries.md", r"A server-requested wait longer than `max_retry_after_s` is not\s+held: the "
+                                     r"error goes back at once")  # fmt: skip
+    cfg = RetryConfig()
+    for wait, expected in ((cfg.max_retry_after_s + 30, None), (cfg.max_retry_after_s, cfg.max_retry_after_s)):
+        plan = RetryPlan(cfg, now=lambda: 0.0, rand=lambda: 0.5, may_retry=lambda: True)
+        assert plan.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=wait)) == expected
+        assert plan.stopped == (StopReason.WAIT_TOO_LONG if expected is None else None)
+    plan = RetryPlan(cfg, now=lambda: 0.0, rand=lambda: 0.5, may_retry=lambda: True)
+    assert plan.next_wait(Classification.of(ErrorType.RATE_LIMIT)) == 0.75 * cfg.rate_limit.base_delay_s
