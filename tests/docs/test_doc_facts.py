@@ -547,3 +547,17 @@ def test_a_server_wait_over_max_retry_after_s_is_handed_back_not_backed_off_as_t
         assert plan.stopped == (StopReason.WAIT_TOO_LONG if expected is None else None)
     plan = RetryPlan(cfg, now=lambda: 0.0, rand=lambda: 0.5, may_retry=lambda: True)
     assert plan.next_wait(Classification.of(ErrorType.RATE_LIMIT)) == 0.75 * cfg.rate_limit.base_delay_s
+
+
+# --- the job the down alert watches ------------------------------------------------------------
+
+
+def test_the_down_alerts_job_is_the_one_the_alerts_page_and_the_shipped_scrape_config_name() -> None:
+    """``up{job="llm-gateway"}`` matches nothing under another job name (a Kubernetes pod
+    scrape's, say): the page says which, and the shipped scrape config uses it."""
+    rules = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
+    [down] = [r for g in rules["groups"] for r in g["rules"] if r["alert"] == "LLMGatewayDown"]
+    (job,) = re.findall(r'job="([^"]+)"', down["expr"])
+    (said,) = stated("docs/operations/alerts.md", r'it must be scraped as `job="([^"]+)"`')
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert said == job and job in [c["job_name"] for c in scrape["scrape_configs"]]
