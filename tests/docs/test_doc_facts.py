@@ -561,3 +561,25 @@ def test_the_down_alerts_job_is_the_one_the_alerts_page_and_the_shipped_scrape_c
     (said,) = stated("docs/operations/alerts.md", r'it must be scraped as `job="([^"]+)"`')
     scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     assert said == job and job in [c["job_name"] for c in scrape["scrape_configs"]]
+
+
+# --- the headers every response carries ----------------------------------------------------------
+
+
+def test_x_llm_upstream_is_on_a_routed_answer_and_not_on_a_refusal_before_routing() -> None:
+    """The error contract said every response carries ``x-llm-upstream``; a wrong key's 401
+    (no upstream chosen yet) carries none, a circuit's refusal names the upstream refusing."""
+    from aiohttp import web
+
+    from gateway.pipeline.outcome import RequestState
+    from gateway.pipeline.stamp import stamp
+
+    stated("docs/errors/index.md", r"once a request was routed, `x-llm-upstream` \(the upstream that answered; not "
+                                   r"on the gateway's refusals before routing")  # fmt: skip
+    refused, routed = RequestState("r1", 0.0), RequestState("r2", 0.0)
+    routed.upstream = "primary"
+    for state, expected in ((refused, None), (routed, "primary")):
+        response = web.Response(status=401 if expected is None else 503)
+        stamp(state, response, None)
+        assert response.headers.get("x-llm-upstream") == expected
+        assert "x-request-id" in response.headers and "x-llm-attempts" in response.headers
