@@ -583,3 +583,84 @@ def test_x_llm_upstream_is_on_a_routed_answer_and_not_on_a_refusal_before_routin
         stamp(state, response, None)
         assert response.headers.get("x-llm-upstream") == expected
         assert "x-request-id" in response.headers and "x-llm-attempts" in response.headers
+
+
+# --- figures of the code's own constants, stated in prose ---------------------------------------
+
+
+def _param_default(func: Any, name: str) -> Any:
+    import inspect
+
+    return inspect.signature(func).parameters[name].default
+
+
+def _code_value(name: str) -> float:
+    """The code's figure for one fact below, as the page words it."""
+    from gateway import logs
+    from gateway.pipeline import relay
+    from gateway.policy import clients, compress, compress_plan, head_cuts, retry
+    from gateway.redaction import MIN_KEY
+    from gateway.sse import MAX_EVENT_BYTES
+    from gateway.workers import metrics, supervisor
+
+    values: dict[str, Any] = {
+        "gemini_cli_head_s": clients.client_head_s({"user-agent": "GeminiCLI/0.61.0/gemini-2.5-flash"}),
+        "head_floor_s": retry.HEAD_FLOOR_S,
+        "head_hold_s": head_cuts.HOLD_S,
+        "head_max_hold_min": head_cuts.MAX_HOLD_S / 60,
+        "body_end_s": relay.BODY_END_S,
+        "event_mib": MAX_EVENT_BYTES / 2**20,
+        "restart_delay_s": supervisor.RESTART_DELAY_S,
+        "early_exit_s": supervisor.EARLY_EXIT_S,
+        "early_exits": supervisor.EARLY_EXITS_TO_GIVE_UP,
+        "restart_max_s": supervisor.RETRY_MAX_S,
+        "scrape_s": _param_default(metrics.gather, "timeout_s"),
+        "flush_ms": _param_default(logs.LineWriter.__init__, "flush_s") * 1000,
+        "max_lines": _param_default(logs.LineWriter.__init__, "max_lines"),
+        "exit_drain_s": _param_default(logs.LineWriter.close, "timeout_s"),
+        "shutdown_retry_after": relay.SHUTDOWN_RETRY_S,
+        "lb_entries": default("loop_breaker.max_entries"),
+        "lb_mib": default("loop_breaker.max_total_bytes") / 2**20,
+        "min_key": MIN_KEY,
+        "min_completion": compress.MIN_COMPLETION_TOKENS,
+        "margin_pct": compress.SAFETY_MARGIN * 100,
+        "oversized_share": compress_plan.OVERSIZED_SHARE,
+    }
+    return float(values[name])
+
+
+WORDS = {"three": 3, "eight": 8, "a quarter": 0.25, "a second": 1}
+
+# (page, pattern with one figure, the code's figure it states)
+CODE_FACTS = [
+    ("docs/streaming.md", r"at most half of what is left of (\d+) s from the request's arrival", "gemini_cli_head_s"),
+    ("docs/streaming.md", r"no try starts with under (\d+) s left", "head_floor_s"),
+    ("docs/streaming.md", r"for (\d+) s after an upstream sent no head", "head_hold_s"),
+    ("docs/streaming.md", r"doubles it, up to (\d+) minutes", "head_max_hold_min"),
+    ("docs/streaming.md", r"forgotten (\d+) minutes after its\s+hold ended", "head_max_hold_min"),
+    ("docs/streaming.md", r"the gateway reads on for ([\d.]+) s at most", "body_end_s"),
+    ("docs/errors/index.md", r"an event over (\d+) MiB", "event_mib"),
+    ("docs/operations/workers.md", r"restarted on its socket after (a second)", "restart_delay_s"),
+    ("docs/operations/workers.md", r"(Three) deaths within \d+ s of starting", "early_exits"),
+    ("docs/operations/workers.md", r"deaths within (\d+) s of starting", "early_exit_s"),
+    ("docs/operations/workers.md", r"2, 4, 8 … \(at most (\d+)\) seconds", "restart_max_s"),
+    ("docs/operations/workers.md", r"A worker that does not answer within (\d+) s", "scrape_s"),
+    ("docs/operations/logs.md", r"background thread within\s+(\d+) ms", "flush_ms"),
+    ("docs/operations/logs.md", r"past ([\d,]+) pending lines", "max_lines"),
+    ("docs/operations/logs.md", r"still pending get (\d+) s\s+to drain", "exit_drain_s"),
+    ("docs/operations/lifecycle.md", r"with `retry-after: (\d+)`", "shutdown_retry_after"),
+    ("docs/errors/loop-breaker.md", r"Bounded \(([\d,]+) answers", "lb_entries"),
+    ("docs/errors/loop-breaker.md", r"Bounded \([\d,]+ answers, (\d+) MB\)", "lb_mib"),
+    ("docs/security.md", r"Keys shorter than (eight)\s+characters", "min_key"),
+    ("docs/security.md", r"masked as its first (eight) or more characters", "min_key"),
+    ("docs/compression.md", r"the completion budget is lowered instead \(never below (\d+)\)", "min_completion"),
+    ("docs/compression.md", r"minus a (\d+) % safety margin", "margin_pct"),
+    ("docs/compression.md", r"an oversized tool output \(over (a quarter) of the\s+room\)", "oversized_share"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("page", "pattern", "name"), CODE_FACTS, ids=[f"{p}:{n}" for p, _, n in CODE_FACTS])
+def test_a_figure_of_the_code_stated_in_prose_is_the_codes(page: str, pattern: str, name: str) -> None:
+    (value,) = stated(page, pattern)
+    said = WORDS[value.lower()] if value.lower() in WORDS else number(value)
+    assert said == pytest.approx(_code_value(name)), (page, name)
