@@ -664,3 +664,27 @@ def test_a_figure_of_the_code_stated_in_prose_is_the_codes(page: str, pattern: s
     (value,) = stated(page, pattern)
     said = WORDS[value.lower()] if value.lower() in WORDS else number(value)
     assert said == pytest.approx(_code_value(name)), (page, name)
+
+
+# --- metric names and labels the pages name ------------------------------------------------------
+
+
+def test_every_metric_and_label_a_page_names_is_in_the_generated_metrics_reference() -> None:
+    """A page's ``llm_gateway_x{label}`` is what a reader types into a query: each name (a
+    family ``llm_gateway_budget_*`` as a prefix of one) and each label must be exposed."""
+    ref = (DOCS / "reference" / "metrics.md").read_text()
+    known = {m[1]: {lab.strip("` ") for lab in m[2].split(",") if lab.strip()}
+             for m in re.finditer(r"^\| `(llm_gateway_[a-z_]+)` \| \w+ \| ([^|]*)\|", ref, re.M)}  # fmt: skip
+    assert len(known) > 30
+    wrong = []
+    for page in [*DOCS.rglob("*.md"), ROOT / "README.md"]:
+        for m in re.finditer(r"(llm_gateway_[a-z_]+)(\*)?(?:\{([^}]*)\})?", page.read_text()):
+            name = re.sub(r"_(bucket|count|sum|created)$", "", m[1])
+            if m[2]:
+                if not any(k.startswith(name) for k in known):
+                    wrong.append((page.name, m[0]))
+                continue
+            labels = {re.split(r"[=!~]", lab.strip())[0] for lab in (m[3] or "").split(",")} - {""}
+            if name not in known or labels - known[name]:
+                wrong.append((page.name, m[0]))
+    assert wrong == []
