@@ -688,3 +688,17 @@ def test_every_metric_and_label_a_page_names_is_in_the_generated_metrics_referen
             if name not in known or labels - known[name]:
                 wrong.append((page.name, m[0]))
     assert wrong == []
+
+
+# --- the alerts page's table and dashboard --------------------------------------------------------
+
+
+def test_the_alerts_page_lists_each_shipped_rule_once_and_counts_the_dashboards_metrics() -> None:
+    rules = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
+    shipped = [r["alert"] for g in rules["groups"] for r in g["rules"]]
+    page = (DOCS / "operations" / "alerts.md").read_text()
+    assert re.findall(r"^\| `(LLMGateway\w+)` \|", page, re.M) == shipped
+    dashboard = (ROOT / "deploy/grafana/dashboards/llm-gateway.json").read_text()
+    used = {re.sub(r"_(bucket|count|sum)$", "", m) for m in re.findall(r"llm_gateway_[a-z_]+", dashboard)}
+    (said,) = stated("docs/operations/alerts.md", r"spend per key \((\d+) metrics\)")
+    assert number(said) == len(used)
