@@ -702,3 +702,16 @@ def test_the_alerts_page_lists_each_shipped_rule_once_and_counts_the_dashboards_
     used = {re.sub(r"_(bucket|count|sum)$", "", m) for m in re.findall(r"llm_gateway_[a-z_]+", dashboard)}
     (said,) = stated("docs/operations/alerts.md", r"spend per key \((\d+) metrics\)")
     assert number(said) == len(used)
+
+
+# --- the files the pages point at ---------------------------------------------------------------
+
+
+def test_every_repository_path_a_page_names_exists() -> None:
+    """``tests/e2e/test_retry_loops.py``, ``bench/fallback.py``: a reader told a claim is tested
+    there opens that file (a test renamed away left the claim pointing at nothing)."""
+    named = {(page.relative_to(ROOT).as_posix(), m.rstrip("."))
+             for page in [*DOCS.rglob("*.md"), ROOT / "README.md"]
+             for m in re.findall(r"`((?:tests|bench|gateway|deploy|config|scripts)/[A-Za-z0-9_./-]+)`", page.read_text())}  # fmt: skip
+    assert len(named) > 40
+    assert [n for n in sorted(named) if not (ROOT / n[1]).exists()] == []
