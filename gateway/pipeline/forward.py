@@ -103,8 +103,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
         if isinstance(inbound, Failure):
             return await relay(request, svc, state, inbound)
         state.model, state.stream = inbound.model, inbound.stream
+        # The log's session is every request's, not only a gateway key's: an operator without
+        # keys follows an agent's session through its lines as much as one who bills it.
+        state.session = session_of(request.headers, inbound.payload)
         if state.key is not None:
-            state.session = session_of(request.headers, inbound.payload)
             refused = await accounting.admit(svc, state, request.headers, inbound)
             if refused is not None:
                 return await relay(request, svc, state, refused)

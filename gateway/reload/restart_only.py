@@ -3,7 +3,8 @@
 The listening sockets (``server.host``, ``port``, ``workers``) are bound once, by this process
 or its supervisor; the state store (``state:``, and the loop breaker's memory caps, which size
 the in-memory store) holds spend, limits and circuits, which a new store would forget; the
-HTTP client (``server.upstream_client``), whether and from where the listening sockets speak
+HTTP client (``server.upstream_client``), the event loop the process runs on
+(``server.event_loop``), whether and from where the listening sockets speak
 TLS (the certificate at those paths is re-read in place: gateway/tls.py), and the log set-up
 (``server.log_level``) are chosen before anything runs. A reload that changes them still
 applies everything else, and its log line names these fields under ``restart_needed`` (never
@@ -18,7 +19,8 @@ from gateway.config import GatewayConfig
 
 # section -> its fields that only a restart changes; None: the whole section.
 RESTART_ONLY: dict[str, tuple[str, ...] | None] = {
-    "server": ("host", "port", "workers", "upstream_client", "log_level", "tls_cert_file", "tls_key_file"),
+    "server": ("host", "port", "workers", "upstream_client", "event_loop", "log_level", "tls_cert_file",
+               "tls_key_file"),
     "state": None,
     "loop_breaker": ("max_entries", "max_total_bytes"),
 }

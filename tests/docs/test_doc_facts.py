@@ -505,3 +505,213 @@ async def test_the_codex_budget_arithmetic_is_what_the_ledger_admits() -> None:
         held = [await acc.admit(key, model, 10, output) for _ in range(int(number(n)) + 1)]
         assert not any(isinstance(r, LimitHit) for r in held[:-1]), model
         assert isinstance(held[-1], LimitHit) and held[-1].kind == "budget_held", model
+
+
+# --- what a reload leaves to a restart --------------------------------------------------------
+
+
+def test_the_fields_the_lifecycle_page_says_need_a_restart_are_the_ones_a_reload_keeps() -> None:
+    """The page's list is what an operator reads before changing a field and sending SIGHUP;
+    ``server.event_loop`` was missing from both (a reload logged it as applied) and the TLS
+    paths from the page."""
+    from gateway.reload.restart_only import RESTART_ONLY
+
+    (server, rest) = stated("docs/operations/lifecycle.md",
+                            r"(`server\.host`[^:]*?), (`state:` and `loop_breaker\.[^.]*?) need a restart")  # fmt: skip
+    said = {f"server.{n}" for n in re.findall(r"`(?:server\.)?([a-z_]+)`", server)}
+    said |= {"state:"} | {f"loop_breaker.{n}" for n in re.findall(r"`(?:loop_breaker\.)?([a-z_]+)`", rest)}
+    code = {f"{section}.{f}" if fields else f"{section}:" for section, fields in RESTART_ONLY.items()
+            for f in (fields or ("",))}  # fmt: skip
+    assert said == code
+
+
+# --- a server's wait, held or handed back ------------------------------------------------------
+
+
+def test_a_server_wait_over_max_retry_after_s_is_handed_back_not_backed_off_as_the_retries_page_says() -> None:
+    """The table read "when at most `retry.max_retry_after_s`; else backoff": a reader took a
+    60 s retry-after (30 s the default) to be backed off and retried; it is answered at once
+    (1 call, x-should-retry: false), as the prose below the table says."""
+    from gateway.config import RetryConfig
+    from gateway.errors import Classification, ErrorType
+    from gateway.policy.retry import RetryPlan, StopReason
+
+    stated("docs/errors/retries.md", r"held when at most `retry\.max_retry_after_s` \(a longer one is not retried: "
+                                     r"below\); none stated: backoff")  # fmt: skip
+    stated("docs/errors/retries.md", r"A server-requested wait longer than `max_retry_after_s` is not\s+held: the "
+                                     r"error goes back at once")  # fmt: skip
+    cfg = RetryConfig()
+    for wait, expected in ((cfg.max_retry_after_s + 30, None), (cfg.max_retry_after_s, cfg.max_retry_after_s)):
+        plan = RetryPlan(cfg, now=lambda: 0.0, rand=lambda: 0.5, may_retry=lambda: True)
+        assert plan.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=wait)) == expected
+        assert plan.stopped == (StopReason.WAIT_TOO_LONG if expected is None else None)
+    plan = RetryPlan(cfg, now=lambda: 0.0, rand=lambda: 0.5, may_retry=lambda: True)
+    assert plan.next_wait(Classification.of(ErrorType.RATE_LIMIT)) == 0.75 * cfg.rate_limit.base_delay_s
+
+
+# --- the job the down alert watches ------------------------------------------------------------
+
+
+def test_the_down_alerts_job_is_the_one_the_alerts_page_and_the_shipped_scrape_config_name() -> None:
+    """``up{job="llm-gateway"}`` matches nothing under another job name (a Kubernetes pod
+    scrape's, say): the page says which, and the shipped scrape config uses it."""
+    rules = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
+    [down] = [r for g in rules["groups"] for r in g["rules"] if r["alert"] == "LLMGatewayDown"]
+    (job,) = re.findall(r'job="([^"]+)"', down["expr"])
+    (said,) = stated("docs/operations/alerts.md", r'it must be scraped as `job="([^"]+)"`')
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert said == job and job in [c["job_name"] for c in scrape["scrape_configs"]]
+
+
+# --- the headers every response carries ----------------------------------------------------------
+
+
+def test_x_llm_upstream_is_on_a_routed_answer_and_not_on_a_refusal_before_routing() -> None:
+    """The error contract said every response carries ``x-llm-upstream``; a wrong key's 401
+    (no upstream chosen yet) carries none, a circuit's refusal names the upstream refusing."""
+    from aiohttp import web
+
+    from gateway.pipeline.outcome import RequestState
+    from gateway.pipeline.stamp import stamp
+
+    stated("docs/errors/index.md", r"once a request was routed, `x-llm-upstream` \(the upstream that answered; not "
+                                   r"on the gateway's refusals before routing")  # fmt: skip
+    refused, routed = RequestState("r1", 0.0), RequestState("r2", 0.0)
+    routed.upstream = "primary"
+    for state, expected in ((refused, None), (routed, "primary")):
+        response = web.Response(status=401 if expected is None else 503)
+        stamp(state, response, None)
+        assert response.headers.get("x-llm-upstream") == expected
+        assert "x-request-id" in response.headers and "x-llm-attempts" in response.headers
+
+
+# --- figures of the code's own constants, stated in prose ---------------------------------------
+
+
+def _param_default(func: Any, name: str) -> Any:
+    import inspect
+
+    return inspect.signature(func).parameters[name].default
+
+
+def _code_value(name: str) -> float:
+    """The code's figure for one fact below, as the page words it."""
+    from gateway import logs
+    from gateway.pipeline import relay
+    from gateway.policy import clients, compress, compress_plan, head_cuts, retry
+    from gateway.redaction import MIN_KEY
+    from gateway.sse import MAX_EVENT_BYTES
+    from gateway.workers import metrics, supervisor
+
+    values: dict[str, Any] = {
+        "gemini_cli_head_s": clients.client_head_s({"user-agent": "GeminiCLI/0.61.0/gemini-2.5-flash"}),
+        "head_floor_s": retry.HEAD_FLOOR_S,
+        "head_hold_s": head_cuts.HOLD_S,
+        "head_max_hold_min": head_cuts.MAX_HOLD_S / 60,
+        "body_end_s": relay.BODY_END_S,
+        "event_mib": MAX_EVENT_BYTES / 2**20,
+        "restart_delay_s": supervisor.RESTART_DELAY_S,
+        "early_exit_s": supervisor.EARLY_EXIT_S,
+        "early_exits": supervisor.EARLY_EXITS_TO_GIVE_UP,
+        "restart_max_s": supervisor.RETRY_MAX_S,
+        "scrape_s": _param_default(metrics.gather, "timeout_s"),
+        "flush_ms": _param_default(logs.LineWriter.__init__, "flush_s") * 1000,
+        "max_lines": _param_default(logs.LineWriter.__init__, "max_lines"),
+        "exit_drain_s": _param_default(logs.LineWriter.close, "timeout_s"),
+        "shutdown_retry_after": relay.SHUTDOWN_RETRY_S,
+        "lb_entries": default("loop_breaker.max_entries"),
+        "lb_mib": default("loop_breaker.max_total_bytes") / 2**20,
+        "min_key": MIN_KEY,
+        "min_completion": compress.MIN_COMPLETION_TOKENS,
+        "margin_pct": compress.SAFETY_MARGIN * 100,
+        "oversized_share": compress_plan.OVERSIZED_SHARE,
+    }
+    return float(values[name])
+
+
+WORDS = {"three": 3, "eight": 8, "a quarter": 0.25, "a second": 1}
+
+# (page, pattern with one figure, the code's figure it states)
+CODE_FACTS = [
+    ("docs/streaming.md", r"at most half of what is left of (\d+) s from the request's arrival", "gemini_cli_head_s"),
+    ("docs/streaming.md", r"no try starts with under (\d+) s left", "head_floor_s"),
+    ("docs/streaming.md", r"for (\d+) s after an upstream sent no head", "head_hold_s"),
+    ("docs/streaming.md", r"doubles it, up to (\d+) minutes", "head_max_hold_min"),
+    ("docs/streaming.md", r"forgotten (\d+) minutes after its\s+hold ended", "head_max_hold_min"),
+    ("docs/streaming.md", r"the gateway reads on for ([\d.]+) s at most", "body_end_s"),
+    ("docs/errors/index.md", r"an event over (\d+) MiB", "event_mib"),
+    ("docs/operations/workers.md", r"restarted on its socket after (a second)", "restart_delay_s"),
+    ("docs/operations/workers.md", r"(Three) deaths within \d+ s of starting", "early_exits"),
+    ("docs/operations/workers.md", r"deaths within (\d+) s of starting", "early_exit_s"),
+    ("docs/operations/workers.md", r"2, 4, 8 … \(at most (\d+)\) seconds", "restart_max_s"),
+    ("docs/operations/workers.md", r"A worker that does not answer within (\d+) s", "scrape_s"),
+    ("docs/operations/logs.md", r"background thread within\s+(\d+) ms", "flush_ms"),
+    ("docs/operations/logs.md", r"past ([\d,]+) pending lines", "max_lines"),
+    ("docs/operations/logs.md", r"still pending get (\d+) s\s+to drain", "exit_drain_s"),
+    ("docs/operations/lifecycle.md", r"with `retry-after: (\d+)`", "shutdown_retry_after"),
+    ("docs/errors/loop-breaker.md", r"Bounded \(([\d,]+) answers", "lb_entries"),
+    ("docs/errors/loop-breaker.md", r"Bounded \([\d,]+ answers, (\d+) MB\)", "lb_mib"),
+    ("docs/security.md", r"Keys shorter than (eight)\s+characters", "min_key"),
+    ("docs/security.md", r"masked as its first (eight) or more characters", "min_key"),
+    ("docs/compression.md", r"the completion budget is lowered instead \(never below (\d+)\)", "min_completion"),
+    ("docs/compression.md", r"minus a (\d+) % safety margin", "margin_pct"),
+    ("docs/compression.md", r"an oversized tool output \(over (a quarter) of the\s+room\)", "oversized_share"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("page", "pattern", "name"), CODE_FACTS, ids=[f"{p}:{n}" for p, _, n in CODE_FACTS])
+def test_a_figure_of_the_code_stated_in_prose_is_the_codes(page: str, pattern: str, name: str) -> None:
+    (value,) = stated(page, pattern)
+    said = WORDS[value.lower()] if value.lower() in WORDS else number(value)
+    assert said == pytest.approx(_code_value(name)), (page, name)
+
+
+# --- metric names and labels the pages name ------------------------------------------------------
+
+
+def test_every_metric_and_label_a_page_names_is_in_the_generated_metrics_reference() -> None:
+    """A page's ``llm_gateway_x{label}`` is what a reader types into a query: each name (a
+    family ``llm_gateway_budget_*`` as a prefix of one) and each label must be exposed."""
+    ref = (DOCS / "reference" / "metrics.md").read_text()
+    known = {m[1]: {lab.strip("` ") for lab in m[2].split(",") if lab.strip()}
+             for m in re.finditer(r"^\| `(llm_gateway_[a-z_]+)` \| \w+ \| ([^|]*)\|", ref, re.M)}  # fmt: skip
+    assert len(known) > 30
+    wrong = []
+    for page in [*DOCS.rglob("*.md"), ROOT / "README.md"]:
+        for m in re.finditer(r"(llm_gateway_[a-z_]+)(\*)?(?:\{([^}]*)\})?", page.read_text()):
+            name = re.sub(r"_(bucket|count|sum|created)$", "", m[1])
+            if m[2]:
+                if not any(k.startswith(name) for k in known):
+                    wrong.append((page.name, m[0]))
+                continue
+            labels = {re.split(r"[=!~]", lab.strip())[0] for lab in (m[3] or "").split(",")} - {""}
+            if name not in known or labels - known[name]:
+                wrong.append((page.name, m[0]))
+    assert wrong == []
+
+
+# --- the alerts page's table and dashboard --------------------------------------------------------
+
+
+def test_the_alerts_page_lists_each_shipped_rule_once_and_counts_the_dashboards_metrics() -> None:
+    rules = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())
+    shipped = [r["alert"] for g in rules["groups"] for r in g["rules"]]
+    page = (DOCS / "operations" / "alerts.md").read_text()
+    assert re.findall(r"^\| `(LLMGateway\w+)` \|", page, re.M) == shipped
+    dashboard = (ROOT / "deploy/grafana/dashboards/llm-gateway.json").read_text()
+    used = {re.sub(r"_(bucket|count|sum)$", "", m) for m in re.findall(r"llm_gateway_[a-z_]+", dashboard)}
+    (said,) = stated("docs/operations/alerts.md", r"spend per key \((\d+) metrics\)")
+    assert number(said) == len(used)
+
+
+# --- the files the pages point at ---------------------------------------------------------------
+
+
+def test_every_repository_path_a_page_names_exists() -> None:
+    """``tests/e2e/test_retry_loops.py``, ``bench/fallback.py``: a reader told a claim is tested
+    there opens that file (a test renamed away left the claim pointing at nothing)."""
+    named = {(page.relative_to(ROOT).as_posix(), m.rstrip("."))
+             for page in [*DOCS.rglob("*.md"), ROOT / "README.md"]
+             for m in re.findall(r"`((?:tests|bench|gateway|deploy|config|scripts)/[A-Za-z0-9_./-]+)`", page.read_text())}  # fmt: skip
+    assert len(named) > 40
+    assert [n for n in sorted(named) if not (ROOT / n[1]).exists()] == []

@@ -342,6 +342,22 @@ async def test_the_key_endpoint_tells_a_key_its_state_and_an_admin_every_keys(ma
     assert len(gw.fake.requests) == sent
 
 
+async def test_the_log_line_names_the_agent_session_without_keys_too(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/operations/logs.md: a request that names its agent session adds ``session``. It was
+    read only for a request of a gateway key: without ``keys:`` a Claude Code session's lines
+    carried none (3 requests, 0 sessions logged)."""
+    gw = await make_gateway()
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        await gw.chat(headers={"x-claude-code-session-id": "4f1c2a9e-0b7d-4c55-9a1e-1f2d3c4b5a69"})
+        await gw.chat({"model": "gpt-4o-mini", "user": "jane.doe@example.com",
+                       "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        await gw.chat()
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [line.get("session") for line in lines] == ["4f1c2a9e-0b7d-4c55-9a1e-1f2d3c4b5a69", "***@example.com", None]
+
+
 async def test_the_log_line_attributes_key_team_cost_and_session_and_says_when_unpriced(
     make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
 ) -> None:

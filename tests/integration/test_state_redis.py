@@ -357,6 +357,11 @@ async def test_every_key_written_has_a_ttl(patient_replicas: tuple[Replica, Repl
         assert sum(k.startswith(b"t:o:") or b":o:" in k for k in keys) == 2
         for k in keys:
             assert await client.pttl(k) > 0, k
+        # But one (docs/errors/retries.md): the marker whose absence says Redis lost its data,
+        # which an expiry would fake.
+        await a.store._read_kept()
+        assert set(await client.keys("t:*")) - set(keys) == {b"t:kept"}
+        assert await client.pttl("t:kept") == -1 and len(await client.get("t:kept")) == 16
     finally:
         await client.aclose()
 

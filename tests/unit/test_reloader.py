@@ -52,6 +52,15 @@ def test_what_only_a_restart_changes_keeps_its_running_value_and_is_named() -> N
     assert not pinned.upstreams[0].forwards_client_credentials
 
 
+def test_the_event_loop_is_chosen_at_start_so_a_reload_names_it_not_applies_it() -> None:
+    """``server.event_loop`` picks the loop the process runs on before anything runs: a reload
+    that changed it logged it under ``changed`` (as applied) while uvloop ran on."""
+    new = cfg(BASE.replace("port: 8080", "port: 8080, event_loop: asyncio"))
+    pinned, kept = pin(cfg(), new)
+    assert kept == ["server.event_loop"] and pinned.server.event_loop == cfg().server.event_loop
+    assert changed(cfg(), pinned) == []
+
+
 def test_a_file_that_changes_nothing_only_a_restart_could_is_taken_as_it_is() -> None:
     new = cfg(BASE.replace("gk-bob", "gk-bob2"))
     pinned, kept = pin(cfg(), new)
