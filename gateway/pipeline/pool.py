@@ -52,6 +52,7 @@ from gateway.pipeline.send import (
     Sent,
     fails_over,
     fails_over_class,
+    note_reset,
     send_one,
     skipped_cut,
     waited_and_confirmed,
@@ -146,7 +147,17 @@ async def send_pool(
     ``cuts``: the request goes past deployments cut lately for one like it (``send.cuts_apply``)
     to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them."""
     passed: dict[str, float] = {}  # deployments this request went past for a head cut: hold left
-    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed)
+    met: list[Sent] = []  # the provider's 429s it moved on from or waited out, not noted yet
+    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed, met)
+    if not (isinstance(answer, Sent) and isinstance(answer.outcome, Success)):
+        # Only now has the request ended its attempts on those keys' rate limits. Noted as each
+        # was met, a request that moved on (or waited for the pool's earliest reset, and was then
+        # served) made a concurrent one's 429 on the same key final: two requests at once on a
+        # pool of two keys limited for 5 s, one was served after the wait and the other answered
+        # 429 at once, `x-should-retry: false` (review).
+        for sent in met:
+            if sent.call is not None:
+                await note_reset(svc, state, sent.call, sent.outcome)
     # Told once the request is done with the pool: a held deployment asked after all (its sibling
     # failed, ``_moves_on``) was never gone past, and counted at once it was (review). Those a
     # ``CutsHeld`` names are the chain's to tell, once a later hop carries the request (counted
@@ -162,7 +173,7 @@ async def send_pool(
 async def _sent_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
-    nxt: UpstreamRuntime | None, cuts: bool, passed: dict[str, float],
+    nxt: UpstreamRuntime | None, cuts: bool, passed: dict[str, float], met: list[Sent],
 ) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     ps = svc.pool_state
     assert ps is not None
@@ -275,6 +286,8 @@ async def _sent_pool(
             if call.taken is not None:  # taken, never sent (its circuit refused it meanwhile)
                 ps.untaken(up.cfg, model, call.taken)
             last = Sent(outcome, call)
+            if _moves_within(siblings_left, nxt, resetting) and isinstance(outcome, Failure):
+                met.append(last)
             failed = isinstance(outcome, Failure)
             turn = None
             if failed or home is not None or search is not None:
@@ -689,14 +702,22 @@ async def _send(
     # two calls and a 504 where one call would have answered (review). A hung key among healthy
     # siblings is rarer than a slow model; the CLI's retry of its 504 is picked afresh.
     plan.last_hop, plan.siblings_left = nxt is None, siblings_left
+    ends = not _moves_within(siblings_left, nxt, resetting)
     if siblings_left:  # a failure that moves goes to the sibling at once, without a wait
         moves, cap = _always, 0
     elif nxt is not None:
         moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
     elif resetting:
         moves, cap = _rate_limited, 0
-    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
+    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after,
+                       ends=ends)
     return await _held(svc, state, up, sending)
+
+
+def _moves_within(siblings_left: bool, nxt: UpstreamRuntime | None, resetting: bool) -> bool:
+    """Whether a failure of this deployment leaves the request in the pool (a sibling takes it,
+    or it waits for the pool's earliest reset), rather than ending its attempts there."""
+    return siblings_left or (nxt is None and resetting)
 
 
 async def _held(

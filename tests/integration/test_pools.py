@@ -225,6 +225,36 @@ async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest
     assert headers["x-llm-attempts"] == "3"
 
 
+async def test_a_request_that_waits_for_the_earliest_reset_does_not_make_a_concurrent_ones_429_final(
+    make_pool: MakePool,
+) -> None:
+    """Two requests at once on a pool of two keys limited for a second: the first moves from
+    a to b, and waits for the earliest reset; the second's 429 on a comes after that. Neither
+    request ended on those limits, so the second waits too and is served (unfixed: the first's
+    move noted a's reset as if it had ended there, and the second was answered 429 at once,
+    `x-should-retry: false`, while the first was served after its wait)."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    first_a, second_a, first_b = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    limited = {"retry-after": "1"}
+    fakes["a"].script(Reply(429, RATE_LIMITED, limited, until=first_a), Reply(429, RATE_LIMITED, limited, until=second_a))
+    fakes["b"].script(Reply(429, RATE_LIMITED, limited, until=first_b))  # then both answer
+    one = asyncio.ensure_future(gw.chat(_chat("one")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 1, "the first request on a")
+    two = asyncio.ensure_future(gw.chat(_chat("two")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 2, "the second request on a")
+    first_a.set()
+    await eventually(lambda: len(fakes["b"].chat_requests()) == 1, "the first request moved to b")
+    first_b.set()
+    await eventually(lambda: gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="b",
+                                       reason="rate_limit") == 1, "b sitting out")  # fmt: skip
+    second_a.set()
+    for request in (one, two):
+        status, headers, body = await request
+        assert status == 200, (headers.get("x-should-retry"), body)
+    assert sum(_calls(fakes).values()) == 5  # three 429s, then one answer each
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
