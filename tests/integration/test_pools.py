@@ -255,6 +255,34 @@ async def test_a_request_that_waits_for_the_earliest_reset_does_not_make_a_concu
     assert sum(_calls(fakes).values()) == 5  # three 429s, then one answer each
 
 
+async def test_a_reset_moved_later_while_a_request_waited_for_it_is_the_same_retry(make_pool: MakePool) -> None:
+    """One retry allowed for a rate limit. The first request meets a's 429 (1 s) and b's (2 s)
+    and waits for a's reset; meanwhile a second request sent at the same moment meets a's 429
+    too, which moves a's reset 0.3 s later. Waking at the first reset, the first request waits
+    those 0.3 s more and is served: the same wait going on (unfixed: counted as a second retry,
+    it was answered 429, no call made after its wait, x-llm-attempts 2)."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"},
+                                extra="retry: {rate_limit: {max_retries: 1}}\n")  # fmt: skip
+    first_a, second_a = asyncio.Event(), asyncio.Event()
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}, until=first_a),
+                      Reply(429, RATE_LIMITED, {"retry-after": "1"}, until=second_a))  # then answers
+    fakes["b"].script(Reply(429, RATE_LIMITED, {"retry-after": "2"}))
+    one = asyncio.ensure_future(gw.chat(_chat("one")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 1, "the first request on a")
+    two = asyncio.ensure_future(gw.chat(_chat("two")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 2, "the second request on a")
+    first_a.set()
+    await eventually(lambda: gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="b",
+                                       reason="rate_limit") == 1, "b sitting out")  # fmt: skip
+    await asyncio.sleep(0.3)
+    second_a.set()  # a's reset moves 0.3 s later, while the first request waits for it
+    for request in (one, two):
+        status, headers, body = await request
+        assert status == 200 and headers["x-llm-upstream"] == "a", (headers.get("x-llm-attempts"), body)
+    assert _calls(fakes) == {"a": 4, "b": 1}
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
