@@ -291,6 +291,12 @@ async def _sent_pool(
             if call.taken is not None:  # taken, never sent (its circuit refused it meanwhile)
                 ps.untaken(up.cfg, model, call.taken)
             last = Sent(outcome, call)
+            if outcome is state.key_refusal:
+                # The client's key cannot hold another attempt: its answer, whatever the pool
+                # does. Taken for the deployment's 429, it sat a healthy key out for every
+                # client (2 s, four times over) and the request waited 6 s to be told "every
+                # deployment of pool 'p' is rate limited" (review).
+                return last
             if _moves_within(siblings_left, nxt, resetting) and isinstance(outcome, Failure):
                 met.append(last)
             failed = isinstance(outcome, Failure)
