@@ -106,6 +106,9 @@ class _Waited:
     looks: int = 0
     idle: bool = False
     moved_s: float = 0.0
+    # The calls made since it last waited for a reset; None: it has not waited for one. The
+    # first is the wait's retry; each further one is another retry of the class.
+    resumed: int | None = None
 
 
 def _may_wait_s(svc: Services, plan: RetryPlan, waited: _Waited) -> float:
@@ -260,6 +263,14 @@ async def _sent_pool(
                 else:
                     home, new = await _claim(svc, pool, table, conversation, proposed)
                 homed, decided = True, new
+            if _retries_spent(plan, waited, last):
+                # Every call after a wait for the pool's reset is a retry of the rate limit, its
+                # first paid by the wait: each deployment costs one first attempt and the class's
+                # retries are spent across them (the multiplication rule). Tried again after every
+                # wait, a pool of two keys limited for good cost 8 calls, four on each, where one
+                # upstream costs 4 and the rule says 5 (review).
+                ready = []
+        if ready:
             pick, why = _pick(svc, pool, ready, home, conversation, new)
             if stored is not None:
                 why = "stored"
@@ -286,6 +297,12 @@ async def _sent_pool(
             resetting = any(_resets_later(v, now_ms) for v in views if v.slot != pick.slot)
             after = back.outcome if back is not None and isinstance(back.outcome, Failure) else None
             back = None
+            if waited.resumed is not None:
+                if waited.resumed and _rate_limited_last(last):
+                    plan.retries[ErrorType.RATE_LIMIT] = plan.retries.get(ErrorType.RATE_LIMIT, 0) + 1
+                    state.retries += 1
+                    svc.telemetry.retries.labels(up.cfg.name, ErrorType.RATE_LIMIT.value).inc()
+                waited.resumed += 1
             outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting, after)
             waited.idle = False
             if call.taken is not None:  # taken, never sent (its circuit refused it meanwhile)
@@ -725,6 +742,18 @@ async def _send(
     return await _held(svc, state, up, sending)
 
 
+def _rate_limited_last(last: Sent | None) -> bool:
+    return last is not None and isinstance(last.outcome, Failure) \
+        and last.outcome.classification.type is ErrorType.RATE_LIMIT  # fmt: skip
+
+
+def _retries_spent(plan: RetryPlan, waited: _Waited, last: Sent | None) -> bool:
+    """Whether another call now would be a retry of the rate limit the request waited for, with
+    none of the class's retries left (``_Waited.resumed``)."""
+    return bool(waited.resumed) and _rate_limited_last(last) \
+        and plan.retries.get(ErrorType.RATE_LIMIT, 0) >= plan.cfg.rate_limit.max_retries  # fmt: skip
+
+
 def _moves_within(siblings_left: bool, nxt: UpstreamRuntime | None, resetting: bool) -> bool:
     """Whether a failure of this deployment leaves the request in the pool (a sibling takes it,
     or it waits for the pool's earliest reset), rather than ending its attempts there."""
@@ -978,7 +1007,7 @@ async def _all_sitting_out(
         if await waited_and_confirmed(svc, wait):
             state.retries += 1
             if waited is not None:
-                waited.idle = True
+                waited.idle, waited.resumed = True, 0
             svc.telemetry.retries.labels(earliest.name, c.type.value).inc()
             svc.tracing.retrying(state, c, wait)
             # Every key that waited for a reset may serve again once it has come: each is picked

@@ -283,6 +283,19 @@ async def test_a_reset_moved_later_while_a_request_waited_for_it_is_the_same_ret
     assert _calls(fakes) == {"a": 4, "b": 1}
 
 
+async def test_keys_limited_for_good_cost_one_first_attempt_each_plus_the_class_retries(make_pool: MakePool) -> None:
+    """Both keys answer 429 (1 s) to every call, one retry allowed: a, b, the wait, one call,
+    then the 429: 2 + 1 calls, the multiplication rule's bound (unfixed: every key whose reset
+    had come was called again after each wait, 2 x (1 + 1) = 4; with the default 3 retries and
+    three keys, 12 where the rule says 6)."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, extra="retry: {rate_limit: {max_retries: 1}}\n")
+    for fake in fakes.values():
+        fake.always = Reply(429, RATE_LIMITED, {"retry-after": "1"})
+    status, headers, _ = await gw.chat()
+    assert status == 429 and headers["x-should-retry"] == "false"
+    assert sum(_calls(fakes).values()) == 3 and headers["x-llm-attempts"] == "3"
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
