@@ -147,15 +147,16 @@ class CutsHeld:
 async def send_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
-    nxt: UpstreamRuntime | None, cuts: bool = False,
+    nxt: UpstreamRuntime | None, cuts: bool = False, skip: frozenset[str] = frozenset(),
 ) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     """The pool's answer; a Failure: no deployment can carry the request (no translation);
     an ErrorType: none may serve now, for that reason, and ``nxt`` (a later hop) is left.
     ``cuts``: the request goes past deployments cut lately for one like it (``send.cuts_apply``)
-    to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them."""
+    to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them.
+    ``skip``: deployments it already failed on (a rescue's), asked again only after a wait."""
     passed: dict[str, float] = {}  # deployments this request went past for a head cut: hold left
     met: list[Sent] = []  # the provider's 429s it moved on from or waited out, not noted yet
-    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed, met)
+    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed, met, skip)
     if not (isinstance(answer, Sent) and isinstance(answer.outcome, Success)):
         # Only now has the request ended its attempts on those keys' rate limits. Noted as each
         # was met, a request that moved on (or waited for the pool's earliest reset, and was then
@@ -181,12 +182,13 @@ async def _sent_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
     nxt: UpstreamRuntime | None, cuts: bool, passed: dict[str, float], met: list[Sent],
+    skip: frozenset[str] = frozenset(),
 ) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     ps = svc.pool_state
     assert ps is not None
     cfg, members, model = pool.cfg, pool.members, state.model
     need = state.pool_need  # the tokens a deployment must have left for it
-    tried: set[str] = set()
+    tried: set[str] = set(skip)
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
     # The last deployment whose outage moved the request on before its retries: owed them
@@ -453,6 +455,25 @@ class PoolTurn:
     broke: str | None  # why the home did not answer, as ``_answered`` takes it
     held_elsewhere: bool  # a sibling answered that it does not hold the stored response
     search: str | None
+
+
+async def rescued_elsewhere(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, up: UpstreamRuntime,
+    failed: Failure, call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
+) -> Sent | None:  # fmt: skip
+    """A rescue (a compressed request) that deployment ``up`` refused for what moves a request
+    to a sibling (its key limited, out of credit or refused, an outage): ``up`` sits out as after
+    any such failure, and the rescue goes to the pool's others as a request would (``call_for``
+    makes each one's rescue). None: it does not move, or no deployment was asked."""
+    c = failed.classification
+    own_key = up.cfg.api_key is not None
+    if failed.own is not None or not moves_to_sibling(c, own_key=own_key, bigger_window=False,
+                                                      overflow_moves=False):  # fmt: skip
+        return None
+    await _sit_out(svc, state, pool, up, c)
+    skip = frozenset({up.cfg.name})
+    answer = await send_pool(svc, state, plan, pool, call_for, conversation, None, skip=skip)
+    return answer if isinstance(answer, Sent) and answer.call is not None else None
 
 
 async def _settle(svc: Services, state: RequestState, turn: PoolTurn, call: Call) -> None:

@@ -296,6 +296,28 @@ async def test_keys_limited_for_good_cost_one_first_attempt_each_plus_the_class_
     assert sum(_calls(fakes).values()) == 3 and headers["x-llm-attempts"] == "3"
 
 
+async def test_a_compressed_retry_its_key_refuses_as_limited_goes_to_a_sibling(make_pool: MakePool) -> None:
+    """a overflows, then answers the compressed retry 429 for an hour: the retry, compressed
+    once, goes to b at once (unfixed: the 429 was the client's answer, b never asked, and the
+    loop breaker answered the client's repeat with it for a minute; with a 20 s wait, that wait
+    was slept on a while b was free)."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    fakes["a"].script(overflow_error(2000, 5000, 100), Reply(429, RATE_LIMITED, {"retry-after": "3600"}))
+    messages = []
+    for i in range(20):
+        messages += [{"role": "user", "content": f"question {i} " + "lorem ipsum dolor " * 40},
+                     {"role": "assistant", "content": f"answer {i} " + "sit amet " * 40}]
+    messages.append({"role": "user", "content": "final question"})
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "max_tokens": 100, "messages": messages})
+    assert status == 200, body
+    assert headers["x-llm-upstream"] == "b" and headers["x-llm-compressed"] == "true"
+    assert headers["x-llm-attempts"] == "3" and gw.slept == []
+    assert _calls(fakes) == {"a": 2, "b": 1}
+    assert fakes["b"].chat_requests()[0].body == fakes["a"].chat_requests()[1].body  # compressed once
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
