@@ -350,7 +350,8 @@ async def hold_abandoned(svc: Services, state: RequestState) -> Failure | None:
             why = (" (an attempt of this request timed out after the provider took it: sent again, it would "
                    "pay its prompt again)")  # fmt: skip
             hit = LimitHit(got.kind, got.message + why, got.retry_after_s, got.reset_at_s)
-            return _refused(svc, state, {"user-agent": state.user_agent or ""}, hit)
+            state.key_refusal = _refused(svc, state, {"user-agent": state.user_agent or ""}, hit)
+            return state.key_refusal
         state.legs_held += 1
         if got is not None:
             state.holds += (got,)

@@ -65,7 +65,13 @@ from gateway.pipeline.outcome import (
     bad_request,
     gateway_failure,
 )
-from gateway.pipeline.pool import remember_answer, send_across, stored_deployment, stored_route
+from gateway.pipeline.pool import (
+    remember_answer,
+    rescued_elsewhere,
+    send_across,
+    stored_deployment,
+    stored_route,
+)
 from gateway.pipeline.relay import relay, rendered, shutdown_failure
 from gateway.pipeline.send import Onward, Sent, note_outage, plan_for, send_one
 from gateway.policy import per_minute_fit
@@ -78,7 +84,7 @@ from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, required_for, upstream_url, with_added
 from gateway.routing.affinity import conversation_key, opens_conversation
 from gateway.routing.headers import with_content_type
-from gateway.routing.pools import relayed_scope
+from gateway.routing.pools import moves_to_sibling, relayed_scope
 from gateway.routing.stored import continued, continued_in_body, named_in_path, stores
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
 from gateway.translate import NoLeg
@@ -233,7 +239,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 # the client sends the next turn whole again, which this deployment refuses as it
                 # refused this one, and whose prefix the home's cache holds. Moved here, every
                 # later turn was refused and compressed on the small window (review of 07eb6eb).
-                outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
+                moved: list[Call] = []  # the sibling that answered the rescue, if one did
+                elsewhere = _siblings(svc, state, plan, route, call, call_for, conversation, moved)
+                outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome,
+                                          elsewhere)  # fmt: skip
+                call = moved[0] if moved else call
             asked.drop()
         await remember_answer(svc, state, call, outcome)  # before the client can chain to its id
         if svc.loop.enabled:
@@ -804,9 +814,46 @@ def _overflowed(outcome: Outcome) -> bool:
     return isinstance(outcome, Failure) and outcome.classification.type is ErrorType.CONTEXT_OVERFLOW
 
 
+# Sends a rescue (the client's payload as rescued, and the headers it adds) to the siblings of the
+# pool deployment that refused it; None where it does not move (``pool.rescued_elsewhere``).
+Headers = tuple[tuple[str, str], ...]
+Elsewhere = Callable[[dict[str, Any], Failure, Headers], Awaitable[Sent | None]]
+
+
+def _siblings(
+    svc: Services, state: RequestState, plan: RetryPlan, route: Route, call: Call,
+    call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None, moved: list[Call],
+) -> Elsewhere | None:  # fmt: skip
+    """Where a pool deployment's rescue goes when that deployment refuses it as it would move a
+    request on (``moved`` gets the call that answered); None: ``call``'s upstream is in no pool."""
+    hop = next((h for h in route.hops if h.pool is not None and any(m is call.up for m in h.members)), None)
+    if hop is None or hop.pool is None:
+        return None
+    pool = hop.pool
+
+    async def send(payload: dict[str, Any], failed: Failure, added: Headers) -> Sent | None:
+        def rescue_for(up: UpstreamRuntime) -> Call | Failure:
+            base = call_for(up)
+            if isinstance(base, Failure):
+                return base
+            again = resent(base, payload)
+            if isinstance(again, Failure):
+                return again
+            made, body = again
+            headers = with_added(made.headers, added) if added else made.headers
+            return dataclasses.replace(made, headers=headers, body=body)
+
+        sent = await rescued_elsewhere(svc, state, plan, pool, call.up, failed, rescue_for, conversation)
+        if sent is not None and sent.call is not None:
+            moved.append(sent.call)
+        return sent
+
+    return send
+
+
 async def _overflow(
     svc: Services, state: RequestState, request: web.Request, plan: RetryPlan, call: Call,
-    payload: dict[str, Any], overflow: Failure,
+    payload: dict[str, Any], overflow: Failure, elsewhere: Elsewhere | None = None,
 ) -> Outcome:  # fmt: skip
     c = overflow.classification
     prompt = None  # the provider's count of the prompt alone, where its refusal counts more
@@ -824,15 +871,19 @@ async def _overflow(
         state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
         svc.telemetry.compressions.labels(call.up.cfg.name, "passed_to_client").inc()
         return overflow
-    return await _rescue(svc, state, plan, call, payload, overflow, prompt)
+    return await _rescue(svc, state, plan, call, payload, overflow, prompt, elsewhere)
 
 
 async def _rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call,
     payload: dict[str, Any], overflow: Failure, prompt_tokens: int | None = None,
+    elsewhere: Elsewhere | None = None,
 ) -> Outcome:  # fmt: skip
     """Exactly one compress-and-retry. A second overflow is answered with the first one: its
-    numbers are about the client's own request, which is what an agent trims from."""
+    numbers are about the client's own request, which is what an agent trims from. On a pool's
+    deployment (``elsewhere``), a refusal that moves a request to a sibling moves the retry too,
+    compressed once: kept on that key, a 429 of 20 s was waited out while a sibling was free, and
+    one of an hour was the client's answer (remembered for a minute by the loop breaker)."""
     up = call.up
     counter = svc.telemetry.compressions
     message = overflow.classification.message
@@ -857,7 +908,18 @@ async def _rescue(
         sent, body = again
         again = dataclasses.replace(sent, headers=with_added(sent.headers, result.headers)), body
     svc.tracing.next_attempt(state, "compress_retry")
-    outcome = await send_one(svc, state, plan, *again)
+    if elsewhere is None:
+        outcome = await send_one(svc, state, plan, *again)
+    else:
+        own_key = up.cfg.api_key is not None
+
+        def moves(c: Classification) -> bool:
+            return moves_to_sibling(c, own_key=own_key, bigger_window=False, overflow_moves=False)
+
+        outcome = await send_one(svc, state, plan, *again, retries_cap=0, moves_on=moves)
+        if isinstance(outcome, Failure) and not _overflowed(outcome):
+            sent_elsewhere = await elsewhere(retry, outcome, result.headers or ())
+            outcome = sent_elsewhere.outcome if sent_elsewhere is not None else outcome
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()

@@ -91,6 +91,9 @@ class RequestState:
     # with ``reservation``. ``legs_held``: how many of those legs they cover.
     holds: tuple[Reservation, ...] = ()
     legs_held: int = 0
+    # The refusal of its key's budgets that ended it before another attempt (hold_abandoned):
+    # the key's answer, not the upstream's, which no sibling or wait changes.
+    key_refusal: Failure | None = None
     cost_usd: float | None = None  # what the provider's usage cost, at the model's price
     priced: bool = True  # False: no price is known for the model (the cost is not zero, unknown)
     # The parts the key paid, each {model, usage as charged, cost_usd}, where it paid more than

@@ -52,6 +52,7 @@ from gateway.pipeline.send import (
     Sent,
     fails_over,
     fails_over_class,
+    note_reset,
     send_one,
     skipped_cut,
     waited_and_confirmed,
@@ -97,10 +98,17 @@ _MAX_LOOKS = 2_000
 @dataclass(slots=True)
 class _Waited:
     """A request's waits for room that the estimates of calls in flight held: bounded together
-    by ``retry.max_retry_after_s`` (the longest it waits for any reset), apart from its retries."""
+    by ``retry.max_retry_after_s`` (the longest it waits for any reset), apart from its retries.
+    ``idle``: it waited for a rate limit's reset (a retry) and has sent nothing since; what it
+    waited on since for resets moved later (``moved_s``) is bounded the same way."""
 
     spent_s: float = 0.0
     looks: int = 0
+    idle: bool = False
+    moved_s: float = 0.0
+    # The calls made since it last waited for a reset; None: it has not waited for one. The
+    # first is the wait's retry; each further one is another retry of the class.
+    resumed: int | None = None
 
 
 def _may_wait_s(svc: Services, plan: RetryPlan, waited: _Waited) -> float:
@@ -139,14 +147,25 @@ class CutsHeld:
 async def send_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
-    nxt: UpstreamRuntime | None, cuts: bool = False,
+    nxt: UpstreamRuntime | None, cuts: bool = False, skip: frozenset[str] = frozenset(),
 ) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     """The pool's answer; a Failure: no deployment can carry the request (no translation);
     an ErrorType: none may serve now, for that reason, and ``nxt`` (a later hop) is left.
     ``cuts``: the request goes past deployments cut lately for one like it (``send.cuts_apply``)
-    to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them."""
+    to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them.
+    ``skip``: deployments it already failed on (a rescue's), asked again only after a wait."""
     passed: dict[str, float] = {}  # deployments this request went past for a head cut: hold left
-    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed)
+    met: list[Sent] = []  # the provider's 429s it moved on from or waited out, not noted yet
+    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed, met, skip)
+    if not (isinstance(answer, Sent) and isinstance(answer.outcome, Success)):
+        # Only now has the request ended its attempts on those keys' rate limits. Noted as each
+        # was met, a request that moved on (or waited for the pool's earliest reset, and was then
+        # served) made a concurrent one's 429 on the same key final: two requests at once on a
+        # pool of two keys limited for 5 s, one was served after the wait and the other answered
+        # 429 at once, `x-should-retry: false` (review).
+        for sent in met:
+            if sent.call is not None:
+                await note_reset(svc, state, sent.call, sent.outcome)
     # Told once the request is done with the pool: a held deployment asked after all (its sibling
     # failed, ``_moves_on``) was never gone past, and counted at once it was (review). Those a
     # ``CutsHeld`` names are the chain's to tell, once a later hop carries the request (counted
@@ -162,13 +181,14 @@ async def send_pool(
 async def _sent_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
-    nxt: UpstreamRuntime | None, cuts: bool, passed: dict[str, float],
+    nxt: UpstreamRuntime | None, cuts: bool, passed: dict[str, float], met: list[Sent],
+    skip: frozenset[str] = frozenset(),
 ) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     ps = svc.pool_state
     assert ps is not None
     cfg, members, model = pool.cfg, pool.members, state.model
     need = state.pool_need  # the tokens a deployment must have left for it
-    tried: set[str] = set()
+    tried: set[str] = set(skip)
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
     # The last deployment whose outage moved the request on before its retries: owed them
@@ -245,6 +265,14 @@ async def _sent_pool(
                 else:
                     home, new = await _claim(svc, pool, table, conversation, proposed)
                 homed, decided = True, new
+            if _retries_spent(plan, waited, last):
+                # Every call after a wait for the pool's reset is a retry of the rate limit, its
+                # first paid by the wait: each deployment costs one first attempt and the class's
+                # retries are spent across them (the multiplication rule). Tried again after every
+                # wait, a pool of two keys limited for good cost 8 calls, four on each, where one
+                # upstream costs 4 and the rule says 5 (review).
+                ready = []
+        if ready:
             pick, why = _pick(svc, pool, ready, home, conversation, new)
             if stored is not None:
                 why = "stored"
@@ -271,10 +299,25 @@ async def _sent_pool(
             resetting = any(_resets_later(v, now_ms) for v in views if v.slot != pick.slot)
             after = back.outcome if back is not None and isinstance(back.outcome, Failure) else None
             back = None
+            if waited.resumed is not None:
+                if waited.resumed and _rate_limited_last(last):
+                    plan.retries[ErrorType.RATE_LIMIT] = plan.retries.get(ErrorType.RATE_LIMIT, 0) + 1
+                    state.retries += 1
+                    svc.telemetry.retries.labels(up.cfg.name, ErrorType.RATE_LIMIT.value).inc()
+                waited.resumed += 1
             outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting, after)
+            waited.idle = False
             if call.taken is not None:  # taken, never sent (its circuit refused it meanwhile)
                 ps.untaken(up.cfg, model, call.taken)
             last = Sent(outcome, call)
+            if outcome is state.key_refusal:
+                # The client's key cannot hold another attempt: its answer, whatever the pool
+                # does. Taken for the deployment's 429, it sat a healthy key out for every
+                # client (2 s, four times over) and the request waited 6 s to be told "every
+                # deployment of pool 'p' is rate limited" (review).
+                return last
+            if _moves_within(siblings_left, nxt, resetting) and isinstance(outcome, Failure):
+                met.append(last)
             failed = isinstance(outcome, Failure)
             turn = None
             if failed or home is not None or search is not None:
@@ -412,6 +455,25 @@ class PoolTurn:
     broke: str | None  # why the home did not answer, as ``_answered`` takes it
     held_elsewhere: bool  # a sibling answered that it does not hold the stored response
     search: str | None
+
+
+async def rescued_elsewhere(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, up: UpstreamRuntime,
+    failed: Failure, call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
+) -> Sent | None:  # fmt: skip
+    """A rescue (a compressed request) that deployment ``up`` refused for what moves a request
+    to a sibling (its key limited, out of credit or refused, an outage): ``up`` sits out as after
+    any such failure, and the rescue goes to the pool's others as a request would (``call_for``
+    makes each one's rescue). None: it does not move, or no deployment was asked."""
+    c = failed.classification
+    own_key = up.cfg.api_key is not None
+    if failed.own is not None or not moves_to_sibling(c, own_key=own_key, bigger_window=False,
+                                                      overflow_moves=False):  # fmt: skip
+        return None
+    await _sit_out(svc, state, pool, up, c)
+    skip = frozenset({up.cfg.name})
+    answer = await send_pool(svc, state, plan, pool, call_for, conversation, None, skip=skip)
+    return answer if isinstance(answer, Sent) and answer.call is not None else None
 
 
 async def _settle(svc: Services, state: RequestState, turn: PoolTurn, call: Call) -> None:
@@ -689,6 +751,7 @@ async def _send(
     # two calls and a 504 where one call would have answered (review). A hung key among healthy
     # siblings is rarer than a slow model; the CLI's retry of its 504 is picked afresh.
     plan.last_hop, plan.siblings_left = nxt is None, siblings_left
+    ends = not _moves_within(siblings_left, nxt, resetting)
     if siblings_left:  # a failure that moves goes to the sibling at once, without a wait
         moves, cap = _always, 0
     elif nxt is not None:
@@ -702,10 +765,29 @@ async def _send(
         # called it 5 times more after the reload (measured).
         plan.in_force = lambda: not ps.gone(pool, [up.cfg])
     try:
-        sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
+        sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after,
+                           ends=ends)
         return await _held(svc, state, up, sending)
     finally:
         plan.in_force = None
+
+
+def _rate_limited_last(last: Sent | None) -> bool:
+    return last is not None and isinstance(last.outcome, Failure) \
+        and last.outcome.classification.type is ErrorType.RATE_LIMIT  # fmt: skip
+
+
+def _retries_spent(plan: RetryPlan, waited: _Waited, last: Sent | None) -> bool:
+    """Whether another call now would be a retry of the rate limit the request waited for, with
+    none of the class's retries left (``_Waited.resumed``)."""
+    return bool(waited.resumed) and _rate_limited_last(last) \
+        and plan.retries.get(ErrorType.RATE_LIMIT, 0) >= plan.cfg.rate_limit.max_retries  # fmt: skip
+
+
+def _moves_within(siblings_left: bool, nxt: UpstreamRuntime | None, resetting: bool) -> bool:
+    """Whether a failure of this deployment leaves the request in the pool (a sibling takes it,
+    or it waits for the pool's earliest reset), rather than ending its attempts there."""
+    return siblings_left or (nxt is None and resetting)
 
 
 async def _held(
@@ -936,6 +1018,18 @@ async def _all_sitting_out(
                        failed.provider_code if failed is not None else "pool_rate_limited",
                        failed.message if failed is not None else None,
                        f"earliest reset in pool '{pool.cfg.name}': {earliest.name}")  # fmt: skip
+    if waited is not None and waited.idle and room is None:
+        # Woken at the reset it waited for, it found that key (or the next) out until a little
+        # later: a 429 answered since, to another request sent at the same moment, moved the
+        # reset. That is the same wait going on, not another retry: counted as one, 4 requests at
+        # once on two keys limited for 5 s spent all 3 retries in milliseconds of such waits,
+        # and one was answered 429 after 5 s, no call made after its wait (review).
+        left = min(svc.cfg.retry.max_retry_after_s - waited.moved_s, plan.remaining_s())
+        if wait_s <= left and plan.head_room(wait_s):
+            await svc.sleep(wait_s)
+            waited.moved_s += wait_s
+            tried.difference_update(v.name for v in waiting)
+            return None
     # One whose room the estimates in flight hold waited as long as it may already. A 429 made
     # final by a reset another request noted (send.py) still waits for the pool's: a request
     # a moment later skips every key and waits, and one whose call was out when the note came
@@ -944,6 +1038,8 @@ async def _all_sitting_out(
     if wait is not None:
         if await waited_and_confirmed(svc, wait):
             state.retries += 1
+            if waited is not None:
+                waited.idle, waited.resumed = True, 0
             svc.telemetry.retries.labels(earliest.name, c.type.value).inc()
             svc.tracing.retrying(state, c, wait)
             # Every key that waited for a reset may serve again once it has come: each is picked

@@ -110,7 +110,7 @@ async def resend(
 async def send_one(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
     *, retries_cap: int | None = None, moves_on: Callable[[Classification], bool] | None = None,
-    after: Failure | None = None,
+    after: Failure | None = None, ends: bool = True,
 ) -> Outcome:  # fmt: skip
     """Send to one upstream with retries. Its circuit counts whole requests, not attempts:
     one request's own retries are the retry policy's business, and a permanent 503 must
@@ -120,7 +120,9 @@ async def send_one(
     a fallback); such failures get at most ``retries_cap`` retries here first. ``after``: this
     request's first attempt here, which failed and moved on before its retries (a pool back
     from siblings that could not serve): the retries it was owed, and no first attempt again;
-    its circuit counted the request then."""
+    its circuit counted the request then. ``ends``: False where a failure here does not end the
+    request's attempts on the upstream's rate limit (a pool moves it to a sibling, or waits for
+    its earliest reset, and notes the reset itself once it gives up: ``note_reset``)."""
     up = call.up
     state.upstream = up.name
     state.sent_model = call.wire_model or state.model
@@ -144,7 +146,8 @@ async def send_one(
             outcome = await _retry_or_follow(
                 svc, state, plan, call, body, adm, outcome, retries_cap, moves_on)
             svc.tracing.settled(state, plan.stopped)
-            await _note_reset(svc, state, call, outcome)
+            if ends:
+                await note_reset(svc, state, call, outcome)
     except BaseException:
         await up.circuit.abandon(adm)
         raise
@@ -330,7 +333,7 @@ async def _reset_pending(
     return dataclasses.replace(first, classification=stamped, foreign=foreign)
 
 
-async def _note_reset(svc: Services, state: RequestState, call: Call, outcome: Outcome) -> None:
+async def note_reset(svc: Services, state: RequestState, call: Call, outcome: Outcome) -> None:
     """A request ended its attempts on a target with the provider's 429: its reset is pending
     for every other request sent there (``_reset_pending``), on every replica. The newest 429
     is the provider's latest word, so it replaces an earlier note."""

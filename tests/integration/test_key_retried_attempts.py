@@ -18,7 +18,7 @@ from gateway.keys.ledger import Accounts, LimitHit, Reservation
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.registry import Budget, KeySpec
 from gateway.state.memory import MemoryStore
-from tests.fakeupstream import Reply, chat_completion
+from tests.fakeupstream import FakeUpstream, Reply, chat_completion
 from tests.integration.conftest import MakeGateway
 from tests.integration.test_keys import ALICE, key_state, keys_yaml
 from tests.integration.test_state_redis import REDIS, Replica, patient_replicas, redis_server
@@ -56,6 +56,39 @@ async def test_a_retry_the_budget_cannot_hold_again_is_not_sent(make_gateway: Ma
     assert len(gw.fake.chat_requests()) == 1
     budget = await _spent(gw)
     assert 800 < budget["spent_usd"] < 900  # the attempt the provider read, its prompt estimated
+
+
+async def test_a_pool_sibling_the_budget_cannot_hold_again_is_the_keys_answer_and_sits_no_deployment_out(
+    make_gateway: MakeGateway,
+) -> None:
+    """The same request on a pool of two keys, its first attempt left at the first-byte timeout
+    on one: the move to the other would pay the prompt again, so the key's refusal is the answer
+    at once and the sibling is not called. Unfixed, the pool took the key's 429 for the
+    sibling's own: it sat that healthy key out for every client, waited its 2 s three times and
+    answered "every deployment of pool 'gpt' is rate limited" after 6 s."""
+    first, sibling = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(
+            keys_yaml(budget={"usd": 500, "period": "day"}) + RETRY
+            + "pools: [{name: gpt, models: ['gpt-*'], deployments: [a, b]}]\n",
+            fake=first, real_sleep=True, timeouts=TIMEOUTS, upstreams=(
+                f"  - {{name: a, base_url: '{first.url}', api_key: key-a, weight: 1000000}}\n"
+                f"  - {{name: b, base_url: '{sibling.url}', api_key: key-b}}\n"))  # fmt: skip
+        first.script(Reply(200, chat_completion(prompt_tokens=860, completion_tokens=10), delay_s=2))
+        started = time.monotonic()
+        async with gw.session.post(gw.base + "/v1/chat/completions", json=CHAT, headers=ALICE) as r:
+            body = await r.json()
+            assert r.status == 429, body
+            assert body["error"]["code"] == "key_budget_held"
+        assert time.monotonic() - started < 2
+        assert len(first.chat_requests()) == 1 and sibling.chat_requests() == []
+        assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="b",
+                         reason="rate_limit") == 0  # fmt: skip
+        budget = await _spent(gw)
+        assert 800 < budget["spent_usd"] < 900  # the attempt the provider read, its prompt estimated
+    finally:
+        await first.close()
+        await sibling.close()
 
 
 async def test_a_retry_the_budget_can_hold_is_sent_and_both_attempts_paid(make_gateway: MakeGateway) -> None:

@@ -250,6 +250,99 @@ async def test_with_every_key_limited_briefly_concurrent_requests_all_wait_for_t
     assert y_status == 200, y_headers
 
 
+async def test_a_request_that_waits_for_the_earliest_reset_does_not_make_a_concurrent_ones_429_final(
+    make_pool: MakePool,
+) -> None:
+    """Two requests at once on a pool of two keys limited for a second: the first moves from
+    a to b, and waits for the earliest reset; the second's 429 on a comes after that. Neither
+    request ended on those limits, so the second waits too and is served (unfixed: the first's
+    move noted a's reset as if it had ended there, and the second was answered 429 at once,
+    `x-should-retry: false`, while the first was served after its wait)."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    first_a, second_a, first_b = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    limited = {"retry-after": "1"}
+    fakes["a"].script(Reply(429, RATE_LIMITED, limited, until=first_a), Reply(429, RATE_LIMITED, limited, until=second_a))
+    fakes["b"].script(Reply(429, RATE_LIMITED, limited, until=first_b))  # then both answer
+    one = asyncio.ensure_future(gw.chat(_chat("one")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 1, "the first request on a")
+    two = asyncio.ensure_future(gw.chat(_chat("two")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 2, "the second request on a")
+    first_a.set()
+    await eventually(lambda: len(fakes["b"].chat_requests()) == 1, "the first request moved to b")
+    first_b.set()
+    await eventually(lambda: gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="b",
+                                       reason="rate_limit") == 1, "b sitting out")  # fmt: skip
+    second_a.set()
+    for request in (one, two):
+        status, headers, body = await request
+        assert status == 200, (headers.get("x-should-retry"), body)
+    assert sum(_calls(fakes).values()) == 5  # three 429s, then one answer each
+
+
+async def test_a_reset_moved_later_while_a_request_waited_for_it_is_the_same_retry(make_pool: MakePool) -> None:
+    """One retry allowed for a rate limit. The first request meets a's 429 (1 s) and b's (2 s)
+    and waits for a's reset; meanwhile a second request sent at the same moment meets a's 429
+    too, which moves a's reset 0.3 s later. Waking at the first reset, the first request waits
+    those 0.3 s more and is served: the same wait going on (unfixed: counted as a second retry,
+    it was answered 429, no call made after its wait, x-llm-attempts 2)."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"},
+                                extra="retry: {rate_limit: {max_retries: 1}}\n")  # fmt: skip
+    first_a, second_a = asyncio.Event(), asyncio.Event()
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}, until=first_a),
+                      Reply(429, RATE_LIMITED, {"retry-after": "1"}, until=second_a))  # then answers
+    fakes["b"].script(Reply(429, RATE_LIMITED, {"retry-after": "2"}))
+    one = asyncio.ensure_future(gw.chat(_chat("one")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 1, "the first request on a")
+    two = asyncio.ensure_future(gw.chat(_chat("two")))
+    await eventually(lambda: len(fakes["a"].chat_requests()) == 2, "the second request on a")
+    first_a.set()
+    await eventually(lambda: gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="b",
+                                       reason="rate_limit") == 1, "b sitting out")  # fmt: skip
+    await asyncio.sleep(0.3)
+    second_a.set()  # a's reset moves 0.3 s later, while the first request waits for it
+    for request in (one, two):
+        status, headers, body = await request
+        assert status == 200 and headers["x-llm-upstream"] == "a", (headers.get("x-llm-attempts"), body)
+    assert _calls(fakes) == {"a": 4, "b": 1}
+
+
+async def test_keys_limited_for_good_cost_one_first_attempt_each_plus_the_class_retries(make_pool: MakePool) -> None:
+    """Both keys answer 429 (1 s) to every call, one retry allowed: a, b, the wait, one call,
+    then the 429: 2 + 1 calls, the multiplication rule's bound (unfixed: every key whose reset
+    had come was called again after each wait, 2 x (1 + 1) = 4; with the default 3 retries and
+    three keys, 12 where the rule says 6)."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, extra="retry: {rate_limit: {max_retries: 1}}\n")
+    for fake in fakes.values():
+        fake.always = Reply(429, RATE_LIMITED, {"retry-after": "1"})
+    status, headers, _ = await gw.chat()
+    assert status == 429 and headers["x-should-retry"] == "false"
+    assert sum(_calls(fakes).values()) == 3 and headers["x-llm-attempts"] == "3"
+
+
+async def test_a_compressed_retry_its_key_refuses_as_limited_goes_to_a_sibling(make_pool: MakePool) -> None:
+    """a overflows, then answers the compressed retry 429 for an hour: the retry, compressed
+    once, goes to b at once (unfixed: the 429 was the client's answer, b never asked, and the
+    loop breaker answered the client's repeat with it for a minute; with a 20 s wait, that wait
+    was slept on a while b was free)."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    fakes["a"].script(overflow_error(2000, 5000, 100), Reply(429, RATE_LIMITED, {"retry-after": "3600"}))
+    messages = []
+    for i in range(20):
+        messages += [{"role": "user", "content": f"question {i} " + "lorem ipsum dolor " * 40},
+                     {"role": "assistant", "content": f"answer {i} " + "sit amet " * 40}]
+    messages.append({"role": "user", "content": "final question"})
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "max_tokens": 100, "messages": messages})
+    assert status == 200, body
+    assert headers["x-llm-upstream"] == "b" and headers["x-llm-compressed"] == "true"
+    assert headers["x-llm-attempts"] == "3" and gw.slept == []
+    assert _calls(fakes) == {"a": 2, "b": 1}
+    assert fakes["b"].chat_requests()[0].body == fakes["a"].chat_requests()[1].body  # compressed once
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
