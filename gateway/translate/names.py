@@ -37,6 +37,7 @@ class Rule:
 
 
 CHAT = Rule(re.compile(r"[a-zA-Z0-9_-]{1,64}"), re.compile(r"[^a-zA-Z0-9_-]"))
+MESSAGES = Rule(re.compile(r"[a-zA-Z0-9_-]{1,128}"), CHAT.odd, most=128)
 GEMINI = Rule(re.compile(r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}"), re.compile(r"[^a-zA-Z0-9_.:-]"),
               re.compile(r"[a-zA-Z_]"))  # fmt: skip
 
@@ -73,6 +74,23 @@ def per_tools(read: Callable[[Any], Names]) -> Callable[[Any], Names]:
         return last[1]  # type: ignore[no-any-return]
 
     return remembered
+
+
+def chat_declared(tools: Any) -> tuple[str, ...]:
+    """The function names a chat request's ``tools`` declare (one of the wrong type skipped:
+    the request translator refuses it, and answers read the tools too)."""
+    return tuple(fn["name"] for t in tools if isinstance(t, dict)
+                 and isinstance(fn := t.get("function"), dict) and isinstance(fn.get("name"), str)
+                 ) if isinstance(tools, list) else ()  # fmt: skip
+
+
+def sent(functions: Names, name: str, rule: Rule) -> str:
+    """``name`` as it goes upstream, where it may be one no tool declares (a call in the history
+    of a function the request no longer offers). A name's upstream form depends on the name
+    alone, so such a call is written as its tool was when it was declared."""
+    if name in functions.to_upstream or rule.valid.fullmatch(name):
+        return functions.upstream(name)
+    return names_for((name,), rule).upstream(name)
 
 
 @functools.lru_cache(maxsize=256)

@@ -217,3 +217,48 @@ async def test_a_failed_response_to_the_gateways_key_does_not_relay_the_operator
     gw.fake.script(Reply(200, _failed_response(outage=True), operator))
     status, headers, _ = await gw.chat({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
     assert status >= 500 and not {"openai-organization", "openai-project", "set-cookie"} & {k.lower() for k in headers}
+
+
+# MCP tools as a chat server takes their names (vLLM, llama.cpp) and the Responses API does not
+# (^[a-zA-Z0-9_-]{1,64}$: responses_rules.name_fault).
+DOTTED, LONG = "github.create_issue", "mcp__" + "tracker_" * 8 + "issue"
+NAMED_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {
+    "type": "object", "properties": {"title": {"type": "string"}}}}} for n in (DOTTED, LONG)]  # fmt: skip
+
+
+def _calls_first_tool(stream: bool) -> Any:
+    """The model calling the first tool by the name the request gave it."""
+    return lambda payload: _responses_call("gpt-5-codex", "n1", payload["tools"][0]["name"], '{"title":"Bug"}', stream)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+async def test_tools_named_as_mcp_servers_name_them_round_trip_with_the_openai_sdk(
+    make_gateway, sdk, stream: bool
+) -> None:
+    assert len(LONG) > 64
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(_calls_first_tool(stream), Stream(responses_stream("gpt-5-codex"), then="eof") if stream
+                   else Reply(200, response_object("gpt-5-codex")))  # fmt: skip
+    client = sdk(gw)
+    messages: list[Any] = [{"role": "user", "content": "File it."}]
+    choice = {"type": "function", "function": {"name": DOTTED}}
+    if stream:
+        async with client.chat.completions.stream(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
+                                                  tool_choice=choice) as s:  # fmt: skip
+            first = await s.get_final_completion()
+    else:
+        first = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
+                                                     tool_choice=choice)  # fmt: skip
+    [call] = first.choices[0].message.tool_calls or []
+    assert (call.function.name, json.loads(call.function.arguments)) == (DOTTED, {"title": "Bug"})
+    messages += [{"role": "assistant", "content": None,
+                  "tool_calls": [call.model_dump(include={"id", "type", "function"})]},
+                 {"role": "tool", "tool_call_id": call.id, "content": "issue #7"}]  # fmt: skip
+    second = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS)
+    assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert len(sent) == 2
+    names = [t["name"] for t in sent[0]["tools"]]
+    assert all(n not in (DOTTED, LONG) and len(n) <= 64 for n in names)
+    assert sent[0]["tool_choice"] == {"type": "function", "name": names[0]}
+    assert [i["name"] for i in sent[1]["input"] if i["type"] == "function_call"] == [names[0]]

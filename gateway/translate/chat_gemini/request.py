@@ -293,10 +293,7 @@ def _function_response(m: Mapping[str, Any], i: int, turns: _Turns) -> dict[str,
 @names.per_tools
 def function_names(tools: Any) -> Names:
     """The chat tools' names as the Gemini API takes them (``translate/names.py``)."""
-    declared = tuple(fn["name"] for t in tools if isinstance(t, dict)
-                     and isinstance(fn := t.get("function"), dict) and isinstance(fn.get("name"), str)
-                     ) if isinstance(tools, list) else ()  # fmt: skip
-    return names.names_for(declared, names.GEMINI)
+    return names.names_for(names.chat_declared(tools), names.GEMINI)
 
 
 def _tools(p: Mapping[str, Any], functions: Names) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

@@ -14,11 +14,13 @@ from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_responses.answer import chat_completion
-from gateway.translate.chat_responses.request import to_responses
+from gateway.translate.chat_responses.request import function_names, to_responses
 from gateway.translate.chat_responses.stream import ChatStream
 
 # The chat request's fields that no answer translated back to chat reads.
 UNREAD = frozenset({"messages", "tools", "functions"})
+# The tools stay for the answer only when it has names to give back (translate/names.py).
+UNREAD_NAMED = UNREAD - {"tools"}
 
 
 class ChatToResponses:
@@ -41,7 +43,8 @@ class ChatToResponses:
         return ChatStream(ctx, int(self._clock()), known)
 
     def held(self, ctx: Context) -> Context:
-        return held(ctx, UNREAD)  # its answers read ``stream_options`` only
+        # Its answers read ``stream_options``, and the tools when names were mapped.
+        return held(ctx, UNREAD_NAMED if function_names(ctx.request.get("tools")).mapped else UNREAD)
 
 
 __all__ = ["ChatStream", "ChatToResponses"]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate.base import Context
+from gateway.translate.chat_responses.request import function_names
 
 # Why a response stopped early (``incomplete_details.reason``), as chat names it.
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
@@ -62,6 +63,7 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
     refusals: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
+    functions = function_names(ctx.request.get("tools"))
     for item in doc.get("output") or ():
         kind = item.get("type") if isinstance(item, Mapping) else None
         if kind == "message":
@@ -80,7 +82,7 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
             arguments = item.get("arguments")
             # Clients parse the arguments as JSON: a call without parameters gets ``{}``.
             arguments = arguments if isinstance(arguments, str) and arguments else "{}"
-            fn = {"name": str(item.get("name") or ""), "arguments": arguments}
+            fn = {"name": functions.client(str(item.get("name") or "")), "arguments": arguments}
             call_id = str(item.get("call_id") or item.get("id") or "")
             calls.append({"id": call_id, "type": "function", "function": fn})
         # hosted tools' items (web_search_call…): the server ran them; the text tells what they found

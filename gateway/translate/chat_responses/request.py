@@ -14,7 +14,11 @@ response", and the openai-python SDK's ``types/responses``):
 * ``max_output_tokens`` is at least 16 ("integer below minimum value");
 * there are no stop sequences, no ``n``, no ``seed`` and no penalties;
 * a call and its output are ``function_call`` / ``function_call_output`` items tied by
-  ``call_id``; reasoning goes back only as OpenAI's own items (an id or encrypted content).
+  ``call_id``; reasoning goes back only as OpenAI's own items (an id or encrypted content);
+* a function's name is ``^[a-zA-Z0-9_-]{1,64}$`` (gateway/fake/responses_rules.py), where chat
+  servers (vLLM, llama.cpp) take an MCP tool's ``server.tool``: such a name goes as a valid one,
+  in the tools, the history's calls and ``tool_choice``, and answers give the client's back
+  (``translate/names.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from typing import Any
 
 from gateway.apis.output_budget import RESPONSES_MIN_OUTPUT
 from gateway.apis.responses.ids import to_responses_id
-from gateway.translate import json_schema, typed
+from gateway.translate import json_schema, names, typed
 from gateway.translate.base import Refusal, Target, option_kind
+from gateway.translate.names import Names
 from gateway.translate.typed import WrongType
 
 # The name an unnamed file's data goes by, for the types a Gemini client sends that OpenAI reads
@@ -56,17 +61,24 @@ def to_responses(payload: Mapping[str, Any], target: Target) -> dict[str, Any] |
         return typed.refusal(e, "chat")
 
 
+@names.per_tools
+def function_names(tools: Any) -> Names:
+    """The chat tools' names as the Responses API takes them (``translate/names.py``)."""
+    return names.names_for(names.chat_declared(tools), names.CHAT)
+
+
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _refuse_uncarried(p)
-    instructions, items = _conversation(typed.objects(p.get("messages"), ("messages",)))
+    functions = function_names(p.get("tools"))
+    instructions, items = _conversation(typed.objects(p.get("messages"), ("messages",)), functions)
     out: dict[str, Any] = {"model": target.model}
     if instructions:
         out["instructions"] = instructions
     out["input"] = items
-    tools = [_tool(tool, j) for j, tool in enumerate(typed.objects(p.get("tools"), ("tools",)))]
+    tools = [_tool(tool, j, functions) for j, tool in enumerate(typed.objects(p.get("tools"), ("tools",)))]
     if tools:
         out["tools"] = tools
-        choice = _tool_choice(p.get("tool_choice"))
+        choice = _tool_choice(p.get("tool_choice"), functions)
         if choice is not None:
             out["tool_choice"] = choice
     for key, read in _SAME.items():
@@ -112,7 +124,7 @@ def _refuse_uncarried(p: Mapping[str, Any]) -> None:
         )
 
 
-def _conversation(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+def _conversation(messages: list[dict[str, Any]], functions: Names) -> tuple[str, list[dict[str, Any]]]:
     """The ``instructions`` (the system and developer messages that open the conversation)
     and the input items; a system message further on keeps its place as an item."""
     leading: list[str] = []
@@ -130,7 +142,7 @@ def _conversation(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
             if content:
                 items.append({"type": "message", "role": "user", "content": content})
         elif role == "assistant":
-            items += _assistant_items(m, i)
+            items += _assistant_items(m, i, functions)
         elif role == "tool":
             call_id = _upstream_id(typed.text(m.get("tool_call_id"), ("messages", i, "tool_call_id")) or "")
             items.append({"type": "function_call_output", "call_id": call_id,
@@ -204,7 +216,7 @@ def _file(spec: Any, at: typed.Path) -> dict[str, Any]:
     return out
 
 
-def _assistant_items(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
+def _assistant_items(m: Mapping[str, Any], i: int, functions: Names) -> list[dict[str, Any]]:
     # reasoning_content is not sent back: the Responses API takes reasoning only as its own
     # items (an id it stored, or its encrypted content), which chat carries neither of.
     text = _joined(m.get("content"), i)
@@ -218,8 +230,9 @@ def _assistant_items(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
             raise _Refused(f"messages[{i}].tool_calls[{j}]: only function tool calls can be carried")
         arguments = typed.text(fn.get("arguments"), (*at, "function", "arguments")) or "{}"
         call_id = _upstream_id(typed.text(call.get("id"), (*at, "id")) or "")
+        name = typed.text(fn.get("name"), (*at, "function", "name")) or ""
         items.append({"type": "function_call", "call_id": call_id,
-                      "name": typed.text(fn.get("name"), (*at, "function", "name")) or "",
+                      "name": names.sent(functions, name, names.CHAT) if name else "",
                       "arguments": arguments})  # fmt: skip
     return items
 
@@ -233,13 +246,13 @@ def _upstream_id(call_id: str) -> str:
     return to_responses_id(call_id)
 
 
-def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:
+def _tool(tool: dict[str, Any], j: int, functions: Names) -> dict[str, Any]:
     fn = typed.obj(tool.get("function"), ("tools", j, "function"))
     if tool.get("type") != "function" or fn is None:
         raise _Refused(f"tools[{j}]: only function tools can be sent to a Responses upstream "
                        f"(got type {option_kind(tool)})")  # fmt: skip
     name = typed.text(fn.get("name"), ("tools", j, "function", "name")) or ""
-    out: dict[str, Any] = {"type": "function", "name": name}
+    out: dict[str, Any] = {"type": "function", "name": functions.upstream(name)}
     description = typed.text(fn.get("description"), ("tools", j, "function", "description"))
     if description:
         out["description"] = description
@@ -251,18 +264,19 @@ def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:
     return out
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: Any, functions: Names) -> Any:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if not isinstance(choice, str | dict):
         raise typed.wrong(choice, ("tool_choice",), "string", "object")
     kind = typed.text(choice.get("type"), ("tool_choice", "type")) if isinstance(choice, dict) else None
     if isinstance(choice, dict) and kind == "function":
-        return {"type": "function", "name": _chosen(choice, ("tool_choice",))}
+        return {"type": "function", "name": functions.upstream(_chosen(choice, ("tool_choice",)))}
     if isinstance(choice, dict) and kind == "allowed_tools":
         allowed = typed.obj(choice.get("allowed_tools"), ("tool_choice", "allowed_tools")) or {}
         listed = typed.objects(allowed.get("tools"), ("tool_choice", "allowed_tools", "tools"))
-        tools = [{"type": "function", "name": _chosen(t, ("tool_choice", "allowed_tools", "tools", k))}
+        tools = [{"type": "function",
+                  "name": functions.upstream(_chosen(t, ("tool_choice", "allowed_tools", "tools", k)))}
                  for k, t in enumerate(listed)]  # fmt: skip
         mode = typed.text(allowed.get("mode"), ("tool_choice", "allowed_tools", "mode")) or "auto"
         return {"type": "allowed_tools", "mode": mode, "tools": tools}

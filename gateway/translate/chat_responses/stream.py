@@ -20,6 +20,7 @@ from gateway.apis.chat.wire import broken_chunk
 from gateway.sse import parse_event
 from gateway.translate.base import CONTINUED, Context, Known, chat_data, continued, wants_usage
 from gateway.translate.chat_responses.answer import chat_id, chat_usage, finish_reason
+from gateway.translate.chat_responses.request import function_names
 
 _DONE = b"data: [DONE]\n\n"
 _FINAL = frozenset({"response.completed", "response.incomplete"})
@@ -106,7 +107,8 @@ class ChatStream:
         if not arguments:
             self.bare.add(index)
         call_id = str(item.get("call_id") or item.get("id") or "")
-        fn = {"name": str(item.get("name") or ""), "arguments": arguments}
+        name = function_names(self.ctx.request.get("tools")).client(str(item.get("name") or ""))
+        fn = {"name": name, "arguments": arguments}
         return self._chunk({"tool_calls": [{"index": self.calls[index], "id": call_id, "type": "function",
                                             "function": fn}]})  # fmt: skip
 

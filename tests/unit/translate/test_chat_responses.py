@@ -376,3 +376,60 @@ def test_the_translator_does_not_keep_the_conversation_while_the_upstream_works(
     kept = T.held(Context("m", request, "r"))
     assert "messages" not in kept.request and "tools" not in kept.request
     assert kept.request["stream_options"] == {"include_usage": True}
+
+
+# --- function names the Responses API refuses ----------------------------------------------
+
+# (the client's name, whether it goes as it is): the Responses API takes ^[a-zA-Z0-9_-]{1,64}$
+# (responses_rules.name_fault); chat servers take MCP tools' dotted and slashed names.
+NAMES = [("github.create_issue", False), ("github/create_issue", False), ("run shell", False),
+         ("mcp__" + "x" * 65, False), ("ls", True), ("y" * 64, True)]  # fmt: skip
+
+
+def _named_request(**extra: Any) -> dict[str, Any]:
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+             for n, _ in NAMES]  # fmt: skip
+    calls = [{"id": f"call_{k}", "type": "function", "function": {"name": n, "arguments": "{}"}}
+             for k, (n, _) in enumerate(NAMES)]  # fmt: skip
+    return {"model": "gpt-4o-mini", "tools": tools, "messages": [
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls)], **extra}  # fmt: skip
+
+
+@pytest.mark.parametrize("choice", NAMES, ids=[n[:20] for n, _ in NAMES])
+def test_function_names_responses_refuses_go_as_valid_ones_everywhere_the_request_names_them(
+    choice: tuple[str, bool],
+) -> None:
+    out = req(_named_request(tool_choice={"type": "function", "function": {"name": choice[0]}}))
+    assert responses_rules.refusal("/v1/responses", {**out, "model": "gpt-4.1"}) is None
+    sent = [t["name"] for t in out["tools"]]
+    for (name, kept), upstream in zip(NAMES, sent, strict=True):
+        assert (upstream == name) is kept and responses_rules.name_fault(upstream, "name") is None
+    assert len(set(sent)) == len(NAMES)
+    assert [i["name"] for i in out["input"] if i["type"] == "function_call"] == sent
+    assert out["tool_choice"] == {"type": "function", "name": sent[[n for n, _ in NAMES].index(choice[0])]}
+    allowed = req(_named_request(tool_choice={"type": "allowed_tools", "allowed_tools": {
+        "mode": "required", "tools": [{"type": "function", "function": {"name": choice[0]}}]}}))  # fmt: skip
+    assert allowed["tool_choice"]["tools"] == [{"type": "function", "name": out["tool_choice"]["name"]}]
+
+
+def test_a_history_call_of_a_tool_no_longer_declared_goes_as_it_went_when_declared() -> None:
+    declared = req(_named_request())
+    summary = _named_request()
+    summary["tools"] = []  # an agent's summary request declares none
+    calls = [i["name"] for i in req(summary)["input"] if i["type"] == "function_call"]
+    assert calls == [t["name"] for t in declared["tools"]]
+
+
+def test_calls_under_the_names_sent_come_back_under_the_clients_buffered_and_streamed() -> None:
+    request = _named_request()
+    sent = [t["name"] for t in req(request)["tools"]]
+    doc = response_object("gpt-5-codex", "Calling.")
+    doc["output"] += [{"id": f"fc_{k}", "type": "function_call", "status": "completed", "call_id": f"call_{k}",
+                       "name": name, "arguments": '{"n":1}'} for k, name in enumerate(sent)]  # fmt: skip
+    held = T.held(ctx(request))
+    assert "messages" not in held.request  # the tools stay: the answer names calls by them
+    buffered = T.answer(doc, held)["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in buffered] == [n for n, _ in NAMES]
+    final = _sdk_final(b"".join(_translated(_stream_of(doc), T.held(ctx(request)))))
+    assert [t.function.name for t in final.choices[0].message.tool_calls or ()] == [n for n, _ in NAMES]
