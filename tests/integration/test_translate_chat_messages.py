@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from gateway.fake.messages import sign
+from gateway.fake.tool_call import _messages_call
 from tests import images
 from tests.fakeupstream import Reply, Stream, anthropic_message, anthropic_overflow, named_events
 
@@ -534,3 +535,48 @@ async def test_opus_4_5_gets_the_clients_effort_with_its_beta_a_forced_tool_too(
     assert "thinking" not in second.json() and second.json()["output_config"] == {"effort": "low"}
     for sent in (first, second):
         assert sent.headers["anthropic-beta"] == "effort-2025-11-24"
+
+
+# MCP tools as a chat server takes their names (vLLM, llama.cpp) and Anthropic does not
+# (^[a-zA-Z0-9_-]{1,128}$: messages_rules.py).
+DOTTED, LONG = "github.create_issue", "mcp__" + "tracker_" * 16 + "issue"
+NAMED_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {
+    "type": "object", "properties": {"title": {"type": "string"}}}}} for n in (DOTTED, LONG)]  # fmt: skip
+
+
+def _calls_first_tool(stream: bool) -> Any:
+    """The model calling the first tool by the name the request gave it."""
+    return lambda payload: _messages_call("claude-sonnet-4-5", "msg_n1", "toolu_n1", payload["tools"][0]["name"],
+                                          {"title": "Bug"}, stream)  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+async def test_tools_named_as_mcp_servers_name_them_round_trip_with_the_openai_sdk(
+    make_gateway, clients, stream: bool
+) -> None:
+    assert len(LONG) > 128
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(_calls_first_tool(stream), Reply(200, anthropic_message()))
+    client = clients(gw)
+    messages: list[Any] = [{"role": "user", "content": "File it."}]
+    choice = {"type": "function", "function": {"name": DOTTED}}
+    if stream:
+        async with client.chat.completions.stream(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
+                                                  tool_choice=choice) as s:  # fmt: skip
+            first = await s.get_final_completion()
+    else:
+        first = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
+                                                     tool_choice=choice)  # fmt: skip
+    [call] = first.choices[0].message.tool_calls or []
+    assert (call.function.name, json.loads(call.function.arguments)) == (DOTTED, {"title": "Bug"})
+    messages += [{"role": "assistant", "content": None,
+                  "tool_calls": [call.model_dump(include={"id", "type", "function"})]},
+                 {"role": "tool", "tool_call_id": call.id, "content": "issue #7"}]  # fmt: skip
+    second = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS)
+    assert second.choices[0].message.content == "Hello from the fake upstream."
+    sent = [r.json() for r in gw.fake.messages_requests()]
+    assert len(sent) == 2
+    names = [t["name"] for t in sent[0]["tools"]]
+    assert all(n not in (DOTTED, LONG) and len(n) <= 128 for n in names)
+    assert sent[0]["tool_choice"] == {"type": "tool", "name": names[0]}
+    assert [b["name"] for m in sent[1]["messages"] for b in m["content"] if b["type"] == "tool_use"] == [names[0]]

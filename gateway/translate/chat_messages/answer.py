@@ -31,7 +31,9 @@ import orjson
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import broken_chunk
 from gateway.sse import parse_event
+from gateway.translate import names
 from gateway.translate.base import CONTINUED, Context, Known, chat_data, continued, wants_usage
+from gateway.translate.names import Names
 from gateway.translate.tool_ids import from_anthropic_id
 
 FINISH_REASON = {
@@ -86,6 +88,14 @@ def chat_usage(usage: Any) -> dict[str, Any]:
     return out
 
 
+
+@names.per_tools
+def function_names(tools: Any) -> Names:
+    """The chat tools' names as Anthropic takes them (``translate/names.py``): a chat server
+    takes an MCP tool's ``github.create_issue``, Anthropic refuses it ("tools.0.custom.name:
+    String should match pattern '^[a-zA-Z0-9_-]{1,128}$'", gateway/fake/messages_rules.py)."""
+    return names.names_for(names.chat_declared(tools), names.MESSAGES)
+
 def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[str, Any]:
     texts: list[str] = []
     reasoning: list[str] = []
@@ -102,7 +112,8 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
             if carried is not None:
                 signed.append(carried)
         elif kind == "tool_use":
-            fn = {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}
+            name = function_names(ctx.request.get("tools")).client(str(block.get("name", "")))
+            fn = {"name": name, "arguments": json.dumps(block.get("input") or {})}
             call_id = from_anthropic_id(str(block.get("id", "")))
             calls.append({"id": call_id, "type": "function", "function": fn})
         # server tool blocks: nothing a chat message can hold
@@ -236,7 +247,8 @@ class ChatStream:
             if not arguments:
                 self.bare.add(index)
             call_id = from_anthropic_id(str(block.get("id", "")))
-            fn = {"name": block.get("name", ""), "arguments": arguments}
+            name = function_names(self.ctx.request.get("tools")).client(str(block.get("name", "")))
+            fn = {"name": name, "arguments": arguments}
             return self._chunk({"tool_calls": [{"index": self.tools[index], "id": call_id, "type": "function",
                                                 "function": fn}]})  # fmt: skip
         return b""

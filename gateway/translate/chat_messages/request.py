@@ -107,9 +107,9 @@ from gateway.apis.messages.claude_models import (
     unforced,
 )
 from gateway.memo import by_name
-from gateway.translate import image_size, json_schema, thinking_room, typed
+from gateway.translate import image_size, json_schema, names, thinking_room, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
-from gateway.translate.chat_messages.answer import ChatStream, chat_completion
+from gateway.translate.chat_messages.answer import ChatStream, chat_completion, function_names
 from gateway.translate.image_limits import (
     IMAGE_MAX,
     MANY_IMAGES,
@@ -120,11 +120,14 @@ from gateway.translate.image_limits import (
     most_images,
     plan,
 )
+from gateway.translate.names import Names
 from gateway.translate.tool_ids import to_anthropic_id
 from gateway.translate.typed import WrongType
 
 # The chat request's fields that no answer translated back to chat reads.
 UNREAD = frozenset({"messages", "tools", "functions"})
+# The tools stay for the answer only when it has names to give back (translate/names.py).
+UNREAD_NAMED = UNREAD - {"tools"}
 
 # Upper bounds the client's effort asks for; the answer keeps its share of max_tokens
 # (``thinking_room``).
@@ -219,13 +222,15 @@ class ChatToMessages:
         return ChatStream(ctx, int(self._clock()), known)
 
     def held(self, ctx: Context) -> Context:
-        return held(ctx, UNREAD)  # its answers read ``stream_options`` only
+        # Its answers read ``stream_options``, and the tools when names were mapped.
+        return held(ctx, UNREAD_NAMED if function_names(ctx.request.get("tools")).mapped else UNREAD)
 
 
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _refuse_uncarried(p)
     most = most_images(context_window(target.model) or target.context_window)
-    system, messages = _conversation(typed.objects(p.get("messages"), ("messages",)), most)
+    functions = function_names(p.get("tools"))
+    system, messages = _conversation(typed.objects(p.get("messages"), ("messages",)), most, functions)
     if not messages:
         # Empty messages vanish in translation (Anthropic refuses an empty text block); with
         # nothing left, Anthropic refuses the request ("messages: at least one message is
@@ -260,7 +265,7 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     newer, older = _int(p, "max_completion_tokens"), _int(p, "max_tokens")
     max_tokens = newer or older
     out["max_tokens"] = max_tokens or default_max_tokens(target.model, stream)
-    tools, choice = _tools(p)
+    tools, choice = _tools(p, functions)
     if not tools and any(b["type"] == "tool_use" for t in messages for b in t["content"]):
         tools, choice = _called_before(messages), {"type": "none"}
     if choice is not None and choice["type"] in FORCED and not takes_forced_tool(target.model):
@@ -413,7 +418,7 @@ def _refuse_uncarried(p: Mapping[str, Any]) -> None:
 
 
 def _conversation(
-    items: list[dict[str, Any]], most: int
+    items: list[dict[str, Any]], most: int, functions: Names
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The top-level system blocks, and the turns with one role each, tool results first;
     ``most``: the images the model takes in a request (``image_limits.most_images``)."""
@@ -435,7 +440,7 @@ def _conversation(
         if role == "user":
             role, blocks = "user", _user_blocks(m.get("content"), i, i >= asked, over)
         elif role == "assistant":
-            blocks = _assistant_blocks(m, i)
+            blocks = _assistant_blocks(m, i, functions)
         elif role == "tool":
             result = _tool_result(m, i)
             role, blocks, call = "user", [result], result["tool_use_id"]
@@ -774,7 +779,7 @@ def _unthought(turns: list[dict[str, Any]]) -> None:
             turn["content"] = [b for b in turn["content"] if b["type"] not in _THOUGHT]
 
 
-def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
+def _assistant_blocks(m: Mapping[str, Any], i: int, functions: Names) -> list[dict[str, Any]]:
     # reasoning_content is not sent back: Anthropic accepts only signed thinking blocks,
     # which come in thinking_blocks.
     blocks = _text_blocks(m.get("content"), i)
@@ -789,6 +794,7 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
         args = call_arguments(arguments) if isinstance(arguments, str) else arguments
         call_id = typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id")) or ""
         name = typed.text(fn.get("name"), ("messages", i, "tool_calls", j, "function", "name")) or ""
+        name = names.sent(functions, name, names.MESSAGES) if name else ""
         blocks.append({"type": "tool_use", "id": to_anthropic_id(call_id), "name": name, "input": args})
     # Thinking alone makes no turn: the turn it came with had its text or calls.
     return _signed(m, i) + blocks if blocks else []
@@ -813,10 +819,11 @@ def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": call_id, "content": result}
 
 
-def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def _tools(p: Mapping[str, Any], functions: Names) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     if _TOOL_FIELDS.isdisjoint(p):
         return [], None
-    tools = _once([_tool(tool, j) for j, tool in enumerate(typed.objects(p.get("tools"), ("tools",)))])
+    listed_tools = typed.objects(p.get("tools"), ("tools",))
+    tools = _once([_tool(tool, j, functions) for j, tool in enumerate(listed_tools)])
     choice = p.get("tool_choice")
     kind = typed.text(choice.get("type"), ("tool_choice", "type")) if isinstance(choice, dict) else None
     mapped: dict[str, Any] | None
@@ -829,12 +836,13 @@ def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] |
     elif not isinstance(choice, str | dict):
         raise typed.wrong(choice, ("tool_choice",), "string", "object")
     elif isinstance(choice, dict) and kind == "function":
-        mapped = {"type": "tool", "name": _chosen(choice, ("tool_choice",))}
+        mapped = {"type": "tool", "name": functions.upstream(_chosen(choice, ("tool_choice",)) or "")}
     elif isinstance(choice, dict) and kind == "allowed_tools":
         allowed = typed.obj(choice.get("allowed_tools"), ("tool_choice", "allowed_tools")) or {}
         listed = typed.objects(allowed.get("tools"), ("tool_choice", "allowed_tools", "tools"))
-        names = {_chosen(t, ("tool_choice", "allowed_tools", "tools", k)) for k, t in enumerate(listed)}
-        tools = [t for t in tools if t["name"] in names]
+        allowed_names = {functions.upstream(_chosen(t, ("tool_choice", "allowed_tools", "tools", k)) or "")
+                         for k, t in enumerate(listed)}  # fmt: skip
+        tools = [t for t in tools if t["name"] in allowed_names]
         mapped = {"type": "any" if allowed.get("mode") == "required" else "auto"}
     else:
         raise _Refused(f"tool_choice of type {option_kind(choice)} cannot be sent to an Anthropic upstream")
@@ -856,11 +864,12 @@ def _once(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(kept.values())
 
 
-def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:
+def _tool(tool: dict[str, Any], j: int, functions: Names) -> dict[str, Any]:
     fn = typed.obj(tool.get("function"), ("tools", j, "function"))
     if tool.get("type") != "function" or fn is None:
         raise _Refused(f"tools[{j}]: only function tools can be sent to an Anthropic upstream")
-    out: dict[str, Any] = {"name": typed.text(fn.get("name"), ("tools", j, "function", "name")) or ""}
+    name = typed.text(fn.get("name"), ("tools", j, "function", "name")) or ""
+    out: dict[str, Any] = {"name": functions.upstream(name)}
     description = typed.text(fn.get("description"), ("tools", j, "function", "description"))
     if description:
         out["description"] = description

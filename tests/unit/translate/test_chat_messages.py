@@ -29,7 +29,7 @@ from gateway.apis.messages import binding
 from gateway.apis.messages.claude_models import thinking_for
 from gateway.errors import Classification, ErrorType
 from gateway.fake import messages_rules
-from gateway.fake.messages import sign
+from gateway.fake.messages import anthropic_head, anthropic_message, anthropic_tail, sign, sse
 from gateway.sse import EventSplitter, parse_event
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
@@ -1771,3 +1771,55 @@ def test_the_fold_of_results_runs_only_where_a_turn_answers_a_call_twice(monkeyp
         fold(again)
         assert again == out["messages"], name
     assert len(sent) > 20 and folds == ["codex-0.171-lite-notify-result"]
+
+
+# --- function names Anthropic refuses -------------------------------------------------------
+
+# (the client's name, whether it goes as it is): Anthropic takes ^[a-zA-Z0-9_-]{1,128}$
+# (messages_rules), where OpenAI takes 64 and chat servers an MCP tool's dotted name.
+NAMES = [("github.create_issue", False), ("github/create_issue", False), ("run shell", False),
+         ("mcp__" + "x" * 124, False), ("y" * 70, True), ("ls", True)]  # fmt: skip
+
+
+def _named_request(**extra: Any) -> dict[str, Any]:
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+             for n, _ in NAMES]  # fmt: skip
+    calls = [call(f"call_{k}", n, "{}") for k, (n, _) in enumerate(NAMES)]
+    return {"model": "gpt-4o", "tools": tools, "messages": [
+        user("go"), {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls)], **extra}  # fmt: skip
+
+
+@pytest.mark.parametrize("chosen", [n for n, _ in NAMES], ids=[n[:20] for n, _ in NAMES])
+def test_function_names_anthropic_refuses_go_as_valid_ones_everywhere_the_request_names_them(chosen: str) -> None:
+    out = req(_named_request(tool_choice={"type": "function", "function": {"name": chosen}}))
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    sent = [t["name"] for t in out["tools"]]
+    assert [(u == n) for (n, _), u in zip(NAMES, sent, strict=True)] == [kept for _, kept in NAMES]
+    assert len(set(sent)) == len(NAMES) and all(len(u) <= 128 for u in sent)
+    assert [b["name"] for t in out["messages"] for b in t["content"] if b["type"] == "tool_use"] == sent
+    assert out["tool_choice"]["name"] == sent[[n for n, _ in NAMES].index(chosen)]
+    allowed = req(_named_request(tool_choice={"type": "allowed_tools", "allowed_tools": {
+        "mode": "auto", "tools": [{"type": "function", "function": {"name": chosen}}]}}))  # fmt: skip
+    assert [t["name"] for t in allowed["tools"]] == [out["tool_choice"]["name"]]
+    summary = req({**_named_request(), "tools": []})  # declares none: the called ones, uncallable
+    assert [t["name"] for t in summary["tools"]] == sent
+    assert messages_rules.refusal("/v1/messages", summary, {}) is None
+
+
+def test_calls_under_the_names_sent_come_back_under_the_clients_buffered_and_streamed() -> None:
+    request = _named_request()
+    sent = [t["name"] for t in req(request)["tools"]]
+    held = T.held(Context("gpt-4o", request, "req_1"))
+    assert "messages" not in held.request  # the tools stay: the answer names calls by them
+    doc = {**anthropic_message(), "stop_reason": "tool_use",
+           "content": [{"type": "tool_use", "id": f"toolu_{k}", "name": n, "input": {}} for k, n in enumerate(sent)]}
+    buffered = T.answer(doc, held)["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in buffered] == [n for n, _ in NAMES]
+    events = [anthropic_head()[0]] + [sse(kind, {"type": kind, "index": k, **body}) for k, n in enumerate(sent)
+              for kind, body in (("content_block_start", {"content_block": {"type": "tool_use", "id": f"toolu_{k}",
+                                                                             "name": n, "input": {}}}),
+                                 ("content_block_stop", {}))] + anthropic_tail(stop_reason="tool_use")  # fmt: skip
+    _, body = translate([e for raw in events for e in EventSplitter().feed(raw)], T.held(Context("gpt-4o", request, "r")))
+    final = openai_final(body, include_usage=False)
+    assert [t.function.name for t in final.choices[0].message.tool_calls or ()] == [n for n, _ in NAMES]
