@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.errors import Classification, ErrorType, TransportError
@@ -411,12 +411,15 @@ async def _retry(
         plan.hop_cap = None
 
 
-async def waited_and_confirmed(svc: Services, wait_s: float) -> bool:
-    """Sleeps out the wait of a retry the shared budget held, then asks it to confirm: across
-    replicas it is confirmed after the wait, when the others' counts of the burst have arrived.
-    A wait cut short (cancelled) gives the held retry back."""
+Sleep = Callable[[float], Awaitable[object]]
+
+
+async def waited_and_confirmed(svc: Services, wait_s: float, sleep: Sleep | None = None) -> bool:
+    """Sleeps out the wait of a retry the shared budget held (``sleep``: one a pool's reload may
+    end early), then asks it to confirm: across replicas it is confirmed after the wait, when the
+    others' counts of the burst have arrived. A wait cut short (cancelled) gives the held retry back."""
     try:
-        await svc.sleep(wait_s)
+        await (svc.sleep if sleep is None else sleep)(wait_s)
     except BaseException:
         svc.budget.release_retry()
         raise
