@@ -49,6 +49,7 @@ from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.send import (
     SETTLED,
+    Remade,
     Sent,
     fails_over,
     fails_over_class,
@@ -521,6 +522,37 @@ async def rescued_elsewhere(
     skip = frozenset({up.cfg.name})
     answer = await send_pool(svc, state, plan, pool, call_for, conversation, None, skip=skip)
     return answer if isinstance(answer, Sent) and answer.call is not None else None
+
+
+async def resend_in_pool(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, call: Call, body: bytes,
+    remade: Remade, call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
+    moved: list[Call],
+) -> Outcome:  # fmt: skip
+    """A rescue (a request sent again changed: compressed, without a refused parameter) of a
+    deployment of ``pool``: a refusal there that moves a request to a sibling is not retried
+    there, and the rescue goes to the siblings (``rescued_elsewhere``), each one's made by
+    ``remade`` from its call; ``moved`` gets the call that answered. Kept on its key, a 429 of
+    20 s was waited out while a sibling was free, and one of an hour was the client's answer.
+    An overflow is the rescue's own answer: a sibling's window is no larger."""
+    own_key = call.up.cfg.api_key is not None
+
+    def moves(c: Classification) -> bool:
+        return moves_to_sibling(c, own_key=own_key, bigger_window=False, overflow_moves=False)
+
+    outcome = await send_one(svc, state, plan, call, body, retries_cap=0, moves_on=moves)
+    if not isinstance(outcome, Failure) or outcome.classification.type is ErrorType.CONTEXT_OVERFLOW:
+        return outcome
+
+    def rescue_for(up: UpstreamRuntime) -> Call | Failure:
+        base = call_for(up)
+        return base if isinstance(base, Failure) else remade(base)
+
+    sent = await rescued_elsewhere(svc, state, plan, pool, call.up, outcome, rescue_for, conversation)
+    if sent is None or sent.call is None:
+        return outcome
+    moved.append(sent.call)
+    return sent.outcome
 
 
 async def _settle(svc: Services, state: RequestState, turn: PoolTurn, call: Call) -> None:
