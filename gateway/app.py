@@ -295,7 +295,8 @@ def _in_force(svc: Services) -> None:
     for a reset checks before it picks again (pipeline/pool.py)."""
     if svc.pool_state is not None:
         svc.pool_state.in_force({name: p.member_cfgs for name, p in svc.pools.items()},
-                                record_key(svc.cfg.loop_breaker.shared_secret))  # fmt: skip
+                                record_key(svc.cfg.loop_breaker.shared_secret),
+                                {name: p.members for name, p in svc.pools.items()})  # fmt: skip
 
 
 def _issued_in_force(svc: Services, issued: IssuedKeys) -> None:

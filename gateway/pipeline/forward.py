@@ -67,13 +67,13 @@ from gateway.pipeline.outcome import (
 )
 from gateway.pipeline.pool import (
     remember_answer,
-    rescued_elsewhere,
+    resend_in_pool,
     send_across,
     stored_deployment,
     stored_route,
 )
 from gateway.pipeline.relay import relay, rendered, shutdown_failure
-from gateway.pipeline.send import Onward, Sent, note_outage, plan_for, send_one
+from gateway.pipeline.send import InPool, Onward, Remade, Sent, note_outage, plan_for, send_one
 from gateway.policy import per_minute_fit
 from gateway.policy.clients import compacts_itself
 from gateway.policy.loop_breaker import Answer, Fingerprint, Recalled
@@ -84,7 +84,7 @@ from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, required_for, upstream_url, with_added
 from gateway.routing.affinity import conversation_key, opens_conversation
 from gateway.routing.headers import with_content_type
-from gateway.routing.pools import moves_to_sibling, relayed_scope
+from gateway.routing.pools import relayed_scope
 from gateway.routing.stored import continued, continued_in_body, named_in_path, stores
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
 from gateway.translate import NoLeg
@@ -228,7 +228,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
                     state.empty_was = outcome.classification.type  # what the empty streams meant
             if isinstance(outcome, Failure):  # only a refusal is fixed: a success skips the route's rest
                 ahead = onward(svc, route, call.up)
-                fixed = await _refused_as_sent(svc, state, plan, call, asked, outcome, ahead)
+                on: list[Call] = []  # the sibling that answered a fixed resend, if one did
+                in_pool = _siblings(svc, state, plan, route, call, call_for, conversation, on)
+                fixed = await _refused_as_sent(svc, state, plan, call, asked, outcome, ahead, in_pool, on)
+                call = on[-1] if on else call
                 if fixed is not outcome:  # sent again fixed: a failure of that may still move on
                     again = Sent(fixed, call)
                     sent = await resume_route(svc, state, plan, route, call_for, conversation, again)
@@ -770,18 +773,21 @@ def _as_stream(dialect: Dialect, outcome: Success, inbound: Inbound) -> Success:
 
 async def _refused_as_sent(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, asked: Asked, outcome: Outcome,
-    ahead: Onward | None,
+    ahead: Onward | None, in_pool: InPool | None = None, moved: list[Call] | None = None,
 ) -> Outcome:
     """A request the model refuses for what it asks rather than for what it says, sent again
     fixed: an output budget above the limit the refusal states (once), a parameter the model
     does not take (up to three), reasoning signed by another account (once). A model that
-    refuses two things answers one at a time."""
+    refuses two things answers one at a time. A parameter left out on a pool's deployment
+    (``in_pool``) goes to a sibling where that deployment refuses it as it would move a request
+    on (``moved`` gets the sibling's call, whose refusal the next fix is made for)."""
     for _ in range(2 + param_fix.MAX_FIXES):
         if not isinstance(outcome, Failure):
             return outcome
+        call = moved[-1] if moved else call
         again = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome, ahead)
         if again is outcome:
-            again = await param_fix.rescue(svc, state, plan, call, outcome, ahead)
+            again = await param_fix.rescue(svc, state, plan, call, outcome, ahead, in_pool)
         if again is outcome:
             again = await reasoning_fix.rescue(svc, state, plan, call, outcome, ahead)
         if again is outcome:
@@ -814,46 +820,27 @@ def _overflowed(outcome: Outcome) -> bool:
     return isinstance(outcome, Failure) and outcome.classification.type is ErrorType.CONTEXT_OVERFLOW
 
 
-# Sends a rescue (the client's payload as rescued, and the headers it adds) to the siblings of the
-# pool deployment that refused it; None where it does not move (``pool.rescued_elsewhere``).
-Headers = tuple[tuple[str, str], ...]
-Elsewhere = Callable[[dict[str, Any], Failure, Headers], Awaitable[Sent | None]]
-
-
 def _siblings(
     svc: Services, state: RequestState, plan: RetryPlan, route: Route, call: Call,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None, moved: list[Call],
-) -> Elsewhere | None:  # fmt: skip
-    """Where a pool deployment's rescue goes when that deployment refuses it as it would move a
-    request on (``moved`` gets the call that answered); None: ``call``'s upstream is in no pool."""
+) -> InPool | None:  # fmt: skip
+    """How a rescue of a pool deployment's refusal is sent (``pool.resend_in_pool``: ``moved``
+    gets the sibling's call that answered); None: ``call``'s upstream is in no pool."""
     hop = next((h for h in route.hops if h.pool is not None and any(m is call.up for m in h.members)), None)
     if hop is None or hop.pool is None:
         return None
     pool = hop.pool
 
-    async def send(payload: dict[str, Any], failed: Failure, added: Headers) -> Sent | None:
-        def rescue_for(up: UpstreamRuntime) -> Call | Failure:
-            base = call_for(up)
-            if isinstance(base, Failure):
-                return base
-            again = resent(base, payload)
-            if isinstance(again, Failure):
-                return again
-            made, body = again
-            headers = with_added(made.headers, added) if added else made.headers
-            return dataclasses.replace(made, headers=headers, body=body)
-
-        sent = await rescued_elsewhere(svc, state, plan, pool, call.up, failed, rescue_for, conversation)
-        if sent is not None and sent.call is not None:
-            moved.append(sent.call)
-        return sent
+    async def send(again: Call, body: bytes, remade: Remade) -> Outcome:
+        return await resend_in_pool(svc, state, plan, pool, again, body, remade, call_for, conversation,
+                                    moved)  # fmt: skip
 
     return send
 
 
 async def _overflow(
     svc: Services, state: RequestState, request: web.Request, plan: RetryPlan, call: Call,
-    payload: dict[str, Any], overflow: Failure, elsewhere: Elsewhere | None = None,
+    payload: dict[str, Any], overflow: Failure, elsewhere: InPool | None = None,
 ) -> Outcome:  # fmt: skip
     c = overflow.classification
     prompt = None  # the provider's count of the prompt alone, where its refusal counts more
@@ -877,7 +864,7 @@ async def _overflow(
 async def _rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call,
     payload: dict[str, Any], overflow: Failure, prompt_tokens: int | None = None,
-    elsewhere: Elsewhere | None = None,
+    elsewhere: InPool | None = None,
 ) -> Outcome:  # fmt: skip
     """Exactly one compress-and-retry. A second overflow is answered with the first one: its
     numbers are about the client's own request, which is what an agent trims from. On a pool's
@@ -911,15 +898,17 @@ async def _rescue(
     if elsewhere is None:
         outcome = await send_one(svc, state, plan, *again)
     else:
-        own_key = up.cfg.api_key is not None
+        added = result.headers or ()
 
-        def moves(c: Classification) -> bool:
-            return moves_to_sibling(c, own_key=own_key, bigger_window=False, overflow_moves=False)
+        def compressed(base: Call) -> Call | Failure:  # a sibling's retry, compressed once
+            made = resent(base, retry)
+            if isinstance(made, Failure):
+                return made
+            sent, body = made
+            headers = with_added(sent.headers, added) if added else sent.headers
+            return dataclasses.replace(sent, headers=headers, body=body)
 
-        outcome = await send_one(svc, state, plan, *again, retries_cap=0, moves_on=moves)
-        if isinstance(outcome, Failure) and not _overflowed(outcome):
-            sent_elsewhere = await elsewhere(retry, outcome, result.headers or ())
-            outcome = sent_elsewhere.outcome if sent_elsewhere is not None else outcome
+        outcome = await elsewhere(*again, compressed)
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()

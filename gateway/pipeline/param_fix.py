@@ -13,10 +13,12 @@ itself left out (a chat server's missing hosted tools), which costs no call and 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gateway import jsonbody
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
-from gateway.pipeline.send import Onward, resend
+from gateway.pipeline.send import InPool, Onward, resend
 from gateway.policy.refused_param import reasoning_set, refusal_fix
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services
@@ -26,7 +28,7 @@ MAX_FIXES = 3
 
 async def rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure,
-    onward: Onward | None = None,
+    onward: Onward | None = None, in_pool: InPool | None = None,
 ) -> Outcome:
     fix = refusal_fix(refused.classification.message, refused.body)
     done = state.params_fixed or []
@@ -50,4 +52,20 @@ async def rescue(
         if lowered is not None:
             body = jsonbody.dumps(lowered, lenient=lenient)
     svc.tracing.next_attempt(state, "param_retry")
-    return await resend(svc, state, plan, call, body, onward)  # which applies the fix just learned
+
+    def fixed(base: Call) -> Call | Failure:
+        """A sibling's call without the parameter (the fix is learned for this deployment's
+        model alone: the sibling's may take it, and its body says so if not)."""
+        try:
+            other, other_lenient = jsonbody.loads(base.body)
+        except ValueError:
+            return base
+        without = fix.apply(other) if isinstance(other, dict) else None
+        if without is None:
+            return base
+        if capped is not None:
+            without = base.dialect.lower_output(without, capped["to"]) or without
+        return replace(base, body=jsonbody.dumps(without, lenient=other_lenient))
+
+    # which applies the fix just learned; on a pool's deployment, moved to a sibling fixed alike
+    return await resend(svc, state, plan, call, body, onward, in_pool, fixed)

@@ -49,6 +49,7 @@ from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.send import (
     SETTLED,
+    Remade,
     Sent,
     fails_over,
     fails_over_class,
@@ -133,6 +134,42 @@ async def _wait_for_answers(svc: Services, ps: PoolState, names: Sequence[str], 
     finally:
         sleeping.cancel()
     return wait_s if sleeping in done else min(wait_s, max(0.0, svc.monotonic() - started))
+
+
+async def _slept_or_added(svc: Services, pool: PoolRuntime, wait_s: float) -> bool:
+    """Waits ``wait_s`` (the injected sleep), or less: until a reload puts in force a
+    deployment of the pool that ``pool`` (the config the request started on) lacks. True: woken
+    so. Slept out whole, requests waiting 25 s for two limited keys were answered by them
+    after it, and the key an operator added 2 s in to end the outage got none of them (review)."""
+    ps = svc.pool_state
+    assert ps is not None
+    started = svc.monotonic()
+    left_s = wait_s
+    while True:
+        reload = ps.next_reload()
+        sleeping = asyncio.ensure_future(svc.sleep(left_s))
+        reloaded = asyncio.ensure_future(reload.wait())
+        try:
+            await asyncio.wait({sleeping, reloaded}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            reloaded.cancel()
+        if reload.is_set() and ps.added(pool.cfg.name, pool.member_cfgs):
+            return True
+        if sleeping.done() and not sleeping.cancelled():
+            return False
+        left_s = wait_s - (svc.monotonic() - started)  # a reload that added none: the rest of it
+        if left_s <= 0:
+            return False
+
+
+def _with_added(pool: PoolRuntime, added: Sequence[UpstreamRuntime]) -> PoolRuntime:
+    """``pool`` with the deployments a reload added since the request began (as that config
+    sends to them): a request that waited goes on on its own config, and on those too. One
+    of the same name (another key now) replaces its old self."""
+    names = {up.cfg.name for up in added}
+    kept = tuple(m for m in pool.members if m.cfg.name not in names)
+    return PoolRuntime(pool.cfg, kept + tuple(added), pool.affinity, pool.renamed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +444,12 @@ async def _sent_pool(
                 assert isinstance(last.outcome, Failure)
                 return last.outcome.classification.type
             return last if last is not None else _why_none_serves(views, now_ms)
+        added = ps.added(cfg.name, pool.member_cfgs) if stored is None else ()
+        if added:  # put in by a reload since the request began, before it would wait for a reset
+            pool = _with_added(pool, added)
+            members = pool.members
+            removed -= {up.cfg.name for up in added}
+            continue
         now_ms = svc.wall() * 1000
         if last is None and not any(v.out_until_ms > now_ms for v in views):
             # Every circuit is open: the first deployment refuses (or probes) as an upstream does.
@@ -434,6 +477,11 @@ async def _sent_pool(
         # but not on a key a reload took out of the pool meanwhile (a leaked or revoked one, as
         # likely as not): one was called right after its reset, 4.5 s after the reload (audit).
         removed |= ps.gone(cfg.name, pool.member_cfgs)
+        added = ps.added(cfg.name, pool.member_cfgs) if stored is None else ()
+        if added:  # a key put in the pool by a reload (to end an outage, say) may serve it now
+            pool = _with_added(pool, added)
+            members = pool.members
+            removed -= {up.cfg.name for up in added}
         # Of those it may go to: a chained turn's stored deployment alone (that one removed, a
         # sibling would answer "not found"), else every member.
         if all(m.cfg.name in removed for m in members if stored is None or m.cfg.name == stored):
@@ -474,6 +522,37 @@ async def rescued_elsewhere(
     skip = frozenset({up.cfg.name})
     answer = await send_pool(svc, state, plan, pool, call_for, conversation, None, skip=skip)
     return answer if isinstance(answer, Sent) and answer.call is not None else None
+
+
+async def resend_in_pool(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, call: Call, body: bytes,
+    remade: Remade, call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
+    moved: list[Call],
+) -> Outcome:  # fmt: skip
+    """A rescue (a request sent again changed: compressed, without a refused parameter) of a
+    deployment of ``pool``: a refusal there that moves a request to a sibling is not retried
+    there, and the rescue goes to the siblings (``rescued_elsewhere``), each one's made by
+    ``remade`` from its call; ``moved`` gets the call that answered. Kept on its key, a 429 of
+    20 s was waited out while a sibling was free, and one of an hour was the client's answer.
+    An overflow is the rescue's own answer: a sibling's window is no larger."""
+    own_key = call.up.cfg.api_key is not None
+
+    def moves(c: Classification) -> bool:
+        return moves_to_sibling(c, own_key=own_key, bigger_window=False, overflow_moves=False)
+
+    outcome = await send_one(svc, state, plan, call, body, retries_cap=0, moves_on=moves)
+    if not isinstance(outcome, Failure) or outcome.classification.type is ErrorType.CONTEXT_OVERFLOW:
+        return outcome
+
+    def rescue_for(up: UpstreamRuntime) -> Call | Failure:
+        base = call_for(up)
+        return base if isinstance(base, Failure) else remade(base)
+
+    sent = await rescued_elsewhere(svc, state, plan, pool, call.up, outcome, rescue_for, conversation)
+    if sent is None or sent.call is None:
+        return outcome
+    moved.append(sent.call)
+    return sent.outcome
 
 
 async def _settle(svc: Services, state: RequestState, turn: PoolTurn, call: Call) -> None:
@@ -1026,7 +1105,7 @@ async def _all_sitting_out(
         # and one was answered 429 after 5 s, no call made after its wait (review).
         left = min(svc.cfg.retry.max_retry_after_s - waited.moved_s, plan.remaining_s())
         if wait_s <= left and plan.head_room(wait_s):
-            await svc.sleep(wait_s)
+            await (svc.sleep(wait_s) if stored is not None else _slept_or_added(svc, pool, wait_s))
             waited.moved_s += wait_s
             tried.difference_update(v.name for v in waiting)
             return None
@@ -1036,7 +1115,10 @@ async def _all_sitting_out(
     # was answered 429 with `x-should-retry: false` instead (3 of 4 sent at once, measured).
     wait = None if room is not None else plan.next_wait(c)
     if wait is not None:
-        if await waited_and_confirmed(svc, wait):
+        # Woken by a reload that added a deployment (``_slept_or_added``), the wait's retry
+        # goes there; a chained turn goes to its stored deployment alone, which no reload adds.
+        sleep = None if stored is not None else lambda s: _slept_or_added(svc, pool, s)
+        if await waited_and_confirmed(svc, wait, sleep):
             state.retries += 1
             if waited is not None:
                 waited.idle, waited.resumed = True, 0

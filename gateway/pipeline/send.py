@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.errors import Classification, ErrorType, TransportError
@@ -98,10 +98,23 @@ class Onward:
     moves: Callable[[Classification], bool]
 
 
+# A sibling's call as the pool makes it for the client's request -> the rescue as that sibling
+# sends it (the same change made to its body).
+Remade = Callable[[Call], "Call | Failure"]
+# Sends a rescue of a pool deployment's refusal (the call, its body, ``Remade``) there, and on to
+# the pool's siblings where that deployment refuses it as it would move a request on
+# (``pool.resend_in_pool``); the answer, and its call in the list the sender was made with.
+InPool = Callable[[Call, bytes, Remade], Awaitable[Outcome]]
+
+
 async def resend(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, onward: Onward | None
-) -> Outcome:
-    """``send_one`` for a request sent again fixed (a rescue), under the route's ``onward``."""
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, onward: Onward | None,
+    in_pool: InPool | None = None, remade: Remade | None = None,
+) -> Outcome:  # fmt: skip
+    """``send_one`` for a request sent again fixed (a rescue), under the route's ``onward``; of a
+    pool deployment (``in_pool``), moved to a sibling as a request would be (``remade``)."""
+    if in_pool is not None and remade is not None:
+        return await in_pool(call, body, remade)
     if onward is None:
         return await send_one(svc, state, plan, call, body)
     return await send_one(svc, state, plan, call, body, retries_cap=onward.cap, moves_on=onward.moves)
@@ -411,12 +424,15 @@ async def _retry(
         plan.hop_cap = None
 
 
-async def waited_and_confirmed(svc: Services, wait_s: float) -> bool:
-    """Sleeps out the wait of a retry the shared budget held, then asks it to confirm: across
-    replicas it is confirmed after the wait, when the others' counts of the burst have arrived.
-    A wait cut short (cancelled) gives the held retry back."""
+Sleep = Callable[[float], Awaitable[object]]
+
+
+async def waited_and_confirmed(svc: Services, wait_s: float, sleep: Sleep | None = None) -> bool:
+    """Sleeps out the wait of a retry the shared budget held (``sleep``: one a pool's reload may
+    end early), then asks it to confirm: across replicas it is confirmed after the wait, when the
+    others' counts of the burst have arrived. A wait cut short (cancelled) gives the held retry back."""
     try:
-        await svc.sleep(wait_s)
+        await (svc.sleep if sleep is None else sleep)(wait_s)
     except BaseException:
         svc.budget.release_retry()
         raise

@@ -55,7 +55,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from gateway.config import DeploymentLimits, UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
@@ -66,6 +66,9 @@ from gateway.routing.stored import key as stored_key
 from gateway.state.memory import passes
 from gateway.state.shared import SharedCircuit
 from gateway.state.store import StateStore
+
+if TYPE_CHECKING:
+    from gateway.services import UpstreamRuntime
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -242,6 +245,10 @@ class PoolState:
     record_key: bytes | None = None
     # Pool -> its deployments in the config in force (``in_force``, ``gone``).
     _in_force: dict[str, frozenset[str]] = field(default_factory=dict)
+    # Pool -> the deployments of the config in force, as requests send to them (``added``).
+    _members: dict[str, tuple[UpstreamRuntime, ...]] = field(default_factory=dict)
+    # Set by the next reload (``next_reload``): made only once a request waits for a reset.
+    _reload: asyncio.Event | None = None
     _timer: asyncio.TimerHandle | None = None
     _flushing: asyncio.Task[None] | None = None
 
@@ -981,13 +988,33 @@ class PoolState:
     def _minute(self) -> int:
         return int(self.wall() // 60)
 
-    def in_force(self, pools: Mapping[str, Sequence[UpstreamConfig]], key: bytes | None = None) -> None:
+    def in_force(self, pools: Mapping[str, Sequence[UpstreamConfig]], key: bytes | None = None,
+                 members: Mapping[str, Sequence[UpstreamRuntime]] | None = None) -> None:  # fmt: skip
         """The deployments of each pool of the config that serves new requests (at start-up and
         once a reload is in force), and that config's ``record_key``: a request of an older config
-        that waited for a reset asks ``gone`` before it picks again. Set together, so that both
-        sides of ``gone`` are worked out with one key."""
+        that waited for a reset asks ``gone`` and ``added`` before it picks again. Set together, so
+        that both sides of ``gone`` are worked out with one key. ``members``: those deployments as
+        that config sends to them. Wakes the requests waiting for a reset (``next_reload``)."""
         self.record_key = key
         self._in_force = {name: frozenset(_identity(up, key) for up in ups) for name, ups in pools.items()}
+        self._members = {name: tuple(ups) for name, ups in (members or {}).items()}
+        if self._reload is not None:
+            self._reload.set()
+            self._reload = None
+
+    def next_reload(self) -> asyncio.Event:
+        """Set once the next config is in force: a request waiting for a pool's reset wakes to
+        a key that config added (``added``), not at the reset of those it started with."""
+        if self._reload is None:
+            self._reload = asyncio.Event()
+        return self._reload
+
+    def added(self, pool: str, members: Sequence[UpstreamConfig]) -> tuple[UpstreamRuntime, ...]:
+        """The deployments the config in force has in ``pool`` that ``members`` (a pool of the
+        config a request started on) lacks, or has with another key, base URL or headers."""
+        key = self.record_key
+        had = {_identity(up, key) for up in members}
+        return tuple(up for up in self._members.get(pool, ()) if _identity(up.cfg, key) not in had)
 
     def gone(self, pool: str, members: Sequence[UpstreamConfig]) -> set[str]:
         """The names of ``members`` (a pool of the config a request started on) that the config

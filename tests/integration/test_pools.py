@@ -343,6 +343,27 @@ async def test_a_compressed_retry_its_key_refuses_as_limited_goes_to_a_sibling(m
     assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
 
 
+async def test_a_request_resent_without_a_refused_parameter_its_key_limits_goes_to_a_sibling(
+    make_pool: MakePool,
+) -> None:
+    """Both deployments' model refuses `temperature`; a answers the request sent again without it
+    429 for 20 s: that resend goes to b at once, without it (unfixed: the 20 s were slept on a,
+    3 calls there, while b was free)."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    for fake in fakes.values():
+        fake.refused_params = frozenset({"temperature"})
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "temperature": 0.2,
+                                           "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    assert status == 200, body
+    assert headers["x-llm-upstream"] == "b" and headers["x-llm-params-dropped"] == "temperature"
+    assert gw.slept == [] and headers["x-llm-attempts"] == "3"
+    assert _calls(fakes) == {"a": 2, "b": 1}
+    assert "temperature" not in fakes["b"].chat_requests()[0].json()
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
@@ -1406,7 +1427,8 @@ async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_
     """Every key limited, a's reset the earliest (8 s), b's a second later: the request waits
     for a's. A reload meanwhile takes a out of the pool (a leaked key, say): the request went
     back to a at its reset all the same, 4.5 s after the reload (audit: limits a=8 s, b=c=60 s,
-    the reload at +1.5 s). It finishes on its own config, but on a key still in force."""
+    the reload at +1.5 s). It finishes on its own config, but on a key still in force, or one the
+    reload added; with the pool taken out of the config, it is answered 503 `pool_reloaded`."""
     shift = [0.0]
     gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}", wall=lambda: time.time() + shift[0])
     for name, wait in (("a", "8"), ("b", "9"), ("c", "60")):
@@ -1425,7 +1447,7 @@ async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_
     assert _calls(fakes) == {"a": 1, "b": 2, "c": 1}
     assert gw.slept[0] == pytest.approx(8, abs=0.5)
 
-    # Every deployment it could go to removed: the client is told to retry, on the new config.
+    # Every deployment it could go to replaced: it goes to the one the reload put in.
     shift[0] += 120
     for name, wait in (("b", "8"), ("c", "60")):
         fakes[name].script(Reply(429, RATE_LIMITED, {"retry-after": wait}))
@@ -1439,9 +1461,62 @@ async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_
 
     svc.sleep = reload_again
     status, headers, body = await gw.chat()
+    assert status == 200 and headers["x-llm-upstream"] == "a", body
+    assert _calls(fakes) == {"a": 2, "b": 3, "c": 2}
+
+    # The pool taken out of the config: the client is told to retry, on the new config.
+    shift[0] += 120
+    await _reloaded(gw, fakes, "b, c", "weighted")
+    for name, wait in (("b", "8"), ("c", "60")):
+        fakes[name].script(Reply(429, RATE_LIMITED, {"retry-after": wait}))
+    svc = gw.app[LIVE].services
+    gw.slept.clear()
+    upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, models: ['gpt-*']}}\n"
+                        for n, f in fakes.items())  # fmt: skip
+
+    async def reload_without_the_pool(s: float) -> None:
+        gw.slept.append(s)
+        await gw.app[LIVE].replace(parse_config(f"upstreams:\n{upstreams}loop_breaker: {{enabled: false}}\n", env={}))
+        shift[0] += s
+
+    svc.sleep = reload_without_the_pool
+    status, headers, body = await gw.chat()
     assert status == 503 and json.loads(body)["error"]["code"] == "pool_reloaded", body
     assert headers["x-llm-error-retryable"] == "true"
-    assert _calls(fakes) == {"a": 1, "b": 3, "c": 2}
+    assert _calls(fakes) == {"a": 2, "b": 4, "c": 3}
+
+
+async def test_requests_waiting_for_the_earliest_reset_go_to_a_key_a_reload_adds(make_pool: MakePool) -> None:
+    """a and b answer 429 with retry-after 25 s (within max_retry_after_s): two requests wait for
+    the pool's earliest reset. A reload adds c to the pool (an operator ending the outage): both
+    go to c at once (unfixed: both were answered by a and b 25 s later, c got 0 calls). Through
+    the openai SDK at its stock settings, as an agent sends them."""
+    gw, fakes = await make_pool(real_sleep=True)
+    await _reloaded(gw, fakes, "a, b", "weighted")  # c configured, not in the pool
+    for name in ("a", "b"):
+        fakes[name].script(Reply(429, RATE_LIMITED, {"retry-after": "25"}))  # then answers
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client")
+
+    async def ask(text: str) -> tuple[str, float]:
+        started = time.monotonic()
+        raw = await client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": text}])
+        raw.parse()
+        return raw.headers["x-llm-upstream"], time.monotonic() - started
+
+    try:
+        first = asyncio.ensure_future(ask("first"))
+        await eventually(lambda: _calls(fakes) == {"a": 1, "b": 1, "c": 0}, "both keys limited")
+        second = asyncio.ensure_future(ask("second"))
+        await asyncio.sleep(0.5)  # both wait for the earliest reset
+        assert not first.done() and not second.done()
+        await _reloaded(gw, fakes, "a, b, c", "weighted")
+        answers = await asyncio.wait_for(asyncio.gather(first, second), 10)
+    finally:
+        await client.close()
+    assert [name for name, _ in answers] == ["c", "c"], answers
+    assert all(took_s < 5 for _, took_s in answers), answers
+    assert _calls(fakes) == {"a": 1, "b": 1, "c": 2}
 
 
 class _Clock:
