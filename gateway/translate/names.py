@@ -26,7 +26,9 @@ from types import MappingProxyType
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+# Compared and hashed by identity (the rules are this module's constants): a cache key of
+# ``names_for``, whose generated hash of the fields ran at every look-up.
+@dataclass(frozen=True, slots=True, eq=False)
 class Rule:
     """What an upstream API takes as a function name."""
 
@@ -69,7 +71,9 @@ def per_tools(read: Callable[[Any], Names]) -> Callable[[Any], Names]:
     last: list[Any] = [None, NONE]
 
     def remembered(tools: Any) -> Names:
-        if tools is not last[0] or tools is None:
+        if not tools:  # most requests declare none (every reader makes NONE of that): no call
+            return NONE
+        if tools is not last[0]:
             last[0], last[1] = tools, read(tools)
         return last[1]  # type: ignore[no-any-return]
 
