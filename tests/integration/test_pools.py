@@ -364,6 +364,28 @@ async def test_a_request_resent_without_a_refused_parameter_its_key_limits_goes_
     assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
 
 
+async def test_a_request_resent_with_its_output_budget_lowered_its_key_limits_goes_to_a_sibling(
+    make_pool: MakePool,
+) -> None:
+    """Both deployments' model takes at most 16384 output tokens; a answers the request sent
+    again lowered 429 for 20 s: that resend goes to b at once, lowered (unfixed: the 20 s were
+    slept on a, 3 calls there, while b was free)."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    for fake in fakes.values():
+        fake.output_limit = 16384
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "max_tokens": 64000,
+                                           "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    assert status == 200, body
+    assert headers["x-llm-upstream"] == "b" and headers["x-llm-output-capped"] == "16384"
+    assert gw.slept == [] and headers["x-llm-attempts"] == "3"
+    assert _calls(fakes) == {"a": 2, "b": 1}
+    assert [r.json()["max_tokens"] for r in fakes["a"].chat_requests()] == [64000, 16384]
+    assert fakes["b"].chat_requests()[0].json()["max_tokens"] == 16384
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
+
+
 async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
     make_pool: MakePool,
 ) -> None:
