@@ -790,7 +790,7 @@ async def _refused_as_sent(
         if again is outcome:
             again = await param_fix.rescue(svc, state, plan, call, outcome, ahead, in_pool)
         if again is outcome:
-            again = await reasoning_fix.rescue(svc, state, plan, call, outcome, ahead)
+            again = await reasoning_fix.rescue(svc, state, plan, call, outcome, ahead, in_pool)
         if again is outcome:
             return outcome
         outcome = again
