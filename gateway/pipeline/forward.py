@@ -785,11 +785,12 @@ async def _refused_as_sent(
         if not isinstance(outcome, Failure):
             return outcome
         call = moved[-1] if moved else call
-        again = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome, ahead)
+        again = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome, ahead,
+                                        in_pool)  # fmt: skip
         if again is outcome:
             again = await param_fix.rescue(svc, state, plan, call, outcome, ahead, in_pool)
         if again is outcome:
-            again = await reasoning_fix.rescue(svc, state, plan, call, outcome, ahead)
+            again = await reasoning_fix.rescue(svc, state, plan, call, outcome, ahead, in_pool)
         if again is outcome:
             return outcome
         outcome = again

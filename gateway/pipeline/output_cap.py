@@ -12,17 +12,19 @@ answer was asked with) and the log line's ``output_capped``.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
+from gateway import jsonbody
 from gateway.apis import output_budget
 from gateway.apis.base import Dialect
 from gateway.config import UpstreamConfig
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.legs import resent
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
-from gateway.pipeline.send import Onward, resend
+from gateway.pipeline.send import InPool, Onward, resend
 from gateway.policy.compress import MIN_COMPLETION_TOKENS, SAFETY_MARGIN
 from gateway.policy.output_limit import stated_output_limit
 from gateway.policy.retry import RetryPlan
@@ -75,17 +77,19 @@ def window_room(up: UpstreamConfig, payload: dict[str, Any]) -> int | None:
 
 async def rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any],
-    refused: Failure, onward: Onward | None = None,
+    refused: Failure, onward: Onward | None = None, in_pool: InPool | None = None,
 ) -> Outcome:
     """Exactly one lowered retry after a refusal that states the model's output limit, when the
-    request asked for more. ``payload`` is the client's request, in its API."""
-    limit = stated_output_limit(refused.classification.message)
-    if limit is None or (state.output_capped is not None and state.output_capped["source"] == "refused"):
+    request asked for more. ``payload`` is the client's request, in its API. On a pool's
+    deployment (``in_pool``), a lowered retry that deployment refuses as it would move a request
+    on goes to a sibling, lowered alike."""
+    stated = stated_output_limit(refused.classification.message)
+    if stated is None or (state.output_capped is not None and state.output_capped["source"] == "refused"):
         return refused
     model = call.wire_model or state.model
-    svc.output_limits.learn(call.up.cfg.name, model, limit)
+    svc.output_limits.learn(call.up.cfg.name, model, stated)
     known = svc.output_limits.of(call.up.cfg, model)
-    limit = known[0] if known is not None else limit  # never above the operator's own cap
+    limit = known[0] if known is not None else stated  # never above the operator's own cap
     dialect = state.dialect
     # Only a translation names a budget the client left out (Anthropic requires one): then the
     # limit is named in the client's request, where the translation takes it from.
@@ -97,7 +101,18 @@ async def rescue(
         return refused
     _note(state, payload, limit, "refused")
     svc.tracing.next_attempt(state, "output_retry")
-    return await resend(svc, state, plan, *again, onward)
+
+    def lowered_for(base: Call) -> Call | Failure:
+        """A sibling's call with its budget lowered to the limit the model stated, not to the
+        refusing deployment's own cap (its body is in its upstream's API, within its known limit)."""
+        try:
+            doc, lenient = jsonbody.loads(base.body)
+        except ValueError:
+            return base
+        out = base.dialect.lower_output(doc, stated) if isinstance(doc, dict) else None
+        return base if out is None else replace(base, body=jsonbody.dumps(out, lenient=lenient))
+
+    return await resend(svc, state, plan, *again, onward, in_pool, lowered_for)
 
 
 def _note(state: RequestState, payload: dict[str, Any], limit: int, source: str) -> None:

@@ -22,13 +22,14 @@ that goes on so after its one refused call.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gateway import jsonbody
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
-from gateway.pipeline.send import Onward, resend
+from gateway.pipeline.send import InPool, Onward, resend
 from gateway.policy.foreign_reasoning import (
     GATEWAY_THINKING_MARK,
     THOUGHT,
@@ -59,6 +60,9 @@ _AT = re.compile(r"messages\.(\d+)\.content\.(\d+)")
 # The reasoning item OpenAI names: "The encrypted content for item rs_… could not be verified.",
 # "Item with id 'rs_…' not found."
 _ITEM = re.compile(r"\bitem\s+(?:with\s+id\s+')?(rs_[\w-]+)", re.IGNORECASE)
+# A rescue's fix, for the deployment a request goes to: (its name, the request as it sends it)
+# -> that request without what it would refuse; None when it carries none of it.
+Fix = Callable[[str, dict[str, Any]], "dict[str, Any] | None"]
 
 
 def shaped(
@@ -154,8 +158,10 @@ def _note(svc: Services, state: RequestState, before: dict[str, Any], after: dic
 
 async def rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure,
-    onward: Onward | None = None,
+    onward: Onward | None = None, in_pool: InPool | None = None,
 ) -> Outcome:
+    """One resend without the reasoning refused; on a pool's deployment (``in_pool``), one that
+    deployment refuses as it would move a request on goes to a sibling, fixed for that sibling."""
     if state.reasoning_rescued:
         return refused
     upstream_body = refused.foreign.upstream_body if refused.foreign is not None else refused.body
@@ -167,14 +173,16 @@ async def rescue(
     except ValueError:
         return refused
     api = call.dialect.api
-    fixed: dict[str, Any] | None = None
-    if isinstance(doc, dict):
-        if api == "messages" and refused_unthought(message):
-            fixed = loop_unthought(doc)  # the loop's turn came without thinking: none is asked
-        elif api == "messages":
-            fixed = _without_foreign(svc, call.up.cfg.name, doc, message)
-        else:
-            fixed = _without_sealed(svc, api, call.up.cfg.name, doc, message)
+    if not isinstance(doc, dict):
+        return refused
+    fix: Fix
+    if api == "messages" and refused_unthought(message):
+        fix = _unthought  # the loop's turn came without thinking: none is asked
+    elif api == "messages":
+        fix = _without_foreign(svc, call.up.cfg.name, doc, message)
+    else:
+        fix = _without_sealed(svc, api, call.up.cfg.name, doc, message)
+    fixed = fix(call.up.cfg.name, doc)
     if fixed is None:
         return refused  # nothing of the kind was sent: the refusal stands
     capped = state.output_capped
@@ -187,13 +195,32 @@ async def rescue(
         _label(state, DROPPED[api])
     state.reasoning_rescued = True
     svc.tracing.next_attempt(state, "reasoning_retry")
-    return await resend(svc, state, plan, call, jsonbody.dumps(fixed, lenient=lenient), onward)
+
+    def fixed_for(base: Call) -> Call | Failure:
+        """A sibling's call fixed by the same rule for that sibling: what it did not issue left
+        out (nothing is learnt of it: it refused nothing)."""
+        try:
+            other, other_lenient = jsonbody.loads(base.body)
+        except ValueError:
+            return base
+        out = fix(base.up.cfg.name, other) if isinstance(other, dict) else None
+        if out is None:
+            return base
+        if capped is not None:
+            out = base.dialect.lower_output(out, capped["to"]) or out
+        return replace(base, body=jsonbody.dumps(out, lenient=other_lenient))
+
+    body = jsonbody.dumps(fixed, lenient=lenient)
+    return await resend(svc, state, plan, call, body, onward, in_pool, fixed_for)
 
 
-def _without_foreign(
-    svc: Services, deployment: str, doc: dict[str, Any], message: str | None
-) -> dict[str, Any] | None:
-    """A Messages request ``deployment`` refused the thinking of, without every block it did not
+def _unthought(_deployment: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+    return loop_unthought(doc)
+
+
+def _without_foreign(svc: Services, deployment: str, doc: dict[str, Any], message: str | None) -> Fix:
+    """How a Messages request ``deployment`` refused the thinking of goes out (``Fix``, for it or
+    a sibling it moves to): without every block it did not
     issue itself (all of them when the gateway knows none as its own), and what it refused
     learnt: later turns leave that out before they are sent (``shaped``). A refusal of a block it
     did issue is about something else (a block bound to a prefix that changed, one modified):
@@ -201,7 +228,7 @@ def _without_foreign(
     signers = svc.signers
     refused = _pointed_at(doc, message)
     if refused is not None and not signers.foreign_to(deployment, refused):
-        return strip("messages", doc)
+        return lambda _to, d: strip("messages", d)
     issuers = {
         issuer
         for m in doc.get("messages") or () if isinstance(m, dict) and m.get("role") == "assistant"
@@ -210,7 +237,7 @@ def _without_foreign(
         and (mark := mark_of(b)) is not None and (issuer := signers.issuer(mark)) is not None
     }  # fmt: skip
     signers.refused(deployment, issuers)
-    return strip("messages", doc, foreign=lambda b: signers.foreign_to(deployment, b))
+    return lambda to, d: strip("messages", d, foreign=lambda b: signers.foreign_to(to, b))
 
 
 def _pointed_at(doc: dict[str, Any], message: str | None) -> dict[str, Any] | None:
@@ -227,8 +254,9 @@ def _pointed_at(doc: dict[str, Any], message: str | None) -> dict[str, Any] | No
 
 def _without_sealed(
     svc: Services, api: str, deployment: str, doc: dict[str, Any], message: str | None
-) -> dict[str, Any] | None:
-    """A Responses or Gemini request ``deployment`` refused the reasoning of, without what it did
+) -> Fix:
+    """How a Responses or Gemini request ``deployment`` refused the reasoning of goes out
+    (``Fix``, for it or a sibling it moves to): without what it did
     not issue itself (all of it when the gateway knows none as its own), and what it refused
     learnt, as ``_without_foreign`` does for Messages: the issuer of the item the refusal names
     (OpenAI names one), else of every one sent (Gemini names none). When the named item is one
@@ -239,21 +267,24 @@ def _without_sealed(
     signed = _signed_elements(api, doc)
     named = _ITEM.search(message or "") if api == "responses" else None
     pointed = next((x for x in signed if named is not None and x.get("id") == named[1]), None)
+    def every(_to: str, d: dict[str, Any]) -> dict[str, Any] | None:
+        return strip(api, d)
+
     if pointed is not None and not signers.foreign_mark(deployment, mark(pointed)):
-        return strip(api, doc)
+        return every
     if named is not None and pointed is None:
         # Named by an id the request does not carry (Codex sends none): whose it is, as the
         # answer that issued it said; unknown, nothing is learnt (blaming every issuer sent
         # took a same-organization sibling's reasoning off every later turn: review).
         named_by = signers.issuer(item_mark(named[1]))
         if named_by == deployment:
-            return strip(api, doc)
+            return every
         issuers = {named_by} if named_by is not None else set()
     else:
         blamed = [pointed] if pointed is not None else signed  # (a record not kept names no issuer)
         issuers = {i for x in blamed if (m := mark(x)) is not None and (i := signers.issuer(m)) is not None}
     signers.refused(deployment, issuers)
-    return strip(api, doc, foreign=lambda x: signers.foreign_mark(deployment, mark(x))) or strip(api, doc)
+    return lambda to, d: strip(api, d, foreign=lambda x: signers.foreign_mark(to, mark(x))) or strip(api, d)
 
 
 def _signed_elements(api: str, doc: dict[str, Any]) -> list[dict[str, Any]]:

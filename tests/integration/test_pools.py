@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from gateway.config import parse_config
+from gateway.fake.responses_rules import seal
 from gateway.live import LIVE
 from gateway.policy import loop_breaker
 from gateway.state.pools import record_key
@@ -361,6 +362,56 @@ async def test_a_request_resent_without_a_refused_parameter_its_key_limits_goes_
     assert gw.slept == [] and headers["x-llm-attempts"] == "3"
     assert _calls(fakes) == {"a": 2, "b": 1}
     assert "temperature" not in fakes["b"].chat_requests()[0].json()
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
+
+
+async def test_a_request_resent_with_its_output_budget_lowered_its_key_limits_goes_to_a_sibling(
+    make_pool: MakePool,
+) -> None:
+    """Both deployments' model takes at most 16384 output tokens; a answers the request sent
+    again lowered 429 for 20 s: that resend goes to b at once, lowered (unfixed: the 20 s were
+    slept on a, 3 calls there, while b was free)."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    for fake in fakes.values():
+        fake.output_limit = 16384
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "max_tokens": 64000,
+                                           "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    assert status == 200, body
+    assert headers["x-llm-upstream"] == "b" and headers["x-llm-output-capped"] == "16384"
+    assert gw.slept == [] and headers["x-llm-attempts"] == "3"
+    assert _calls(fakes) == {"a": 2, "b": 1}
+    assert [r.json()["max_tokens"] for r in fakes["a"].chat_requests()] == [64000, 16384]
+    assert fakes["b"].chat_requests()[0].json()["max_tokens"] == 16384
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
+
+
+async def test_a_request_resent_without_reasoning_of_another_account_its_key_limits_goes_to_a_sibling(
+    make_pool: MakePool,
+) -> None:
+    """Each deployment is a key of its own organization, and the Codex turn carries reasoning a
+    third one sealed; a refuses it, and answers the request sent again without it 429 for 20 s:
+    that resend goes to b at once, without it (unfixed: the 20 s were slept on a, 3 calls there,
+    while b was free)."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    for name, fake in fakes.items():
+        fake.orgs = {f"key-{name}": f"org-{name}"}
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal("org-z")}
+    status, headers, body = await gw.responses({"model": "gpt-5-codex", "store": False, "input": [
+        {"role": "user", "content": "Weather?"}, item,
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]})  # fmt: skip
+    assert status == 200, body
+    assert headers["x-llm-upstream"] == "b" and headers["x-llm-reasoning-dropped"] == "reasoning"
+    assert gw.slept == [] and headers["x-llm-attempts"] == "3"
+    assert {n: len(f.responses_requests()) for n, f in fakes.items()} == {"a": 2, "b": 1}
+    refused, kept = (r.json()["input"] for r in fakes["a"].responses_requests())
+    assert refused[1] == item and item not in kept
+    assert [i.get("type", "message") for i in fakes["b"].responses_requests()[0].json()["input"]] == [
+        "message", "function_call", "function_call_output"]
     assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="rate_limit") == 1
 
 
