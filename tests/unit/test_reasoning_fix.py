@@ -25,7 +25,8 @@ def item(rid: str, sealed: str | None) -> dict[str, Any]:
 
 def rescued(signers: Signers, doc: dict[str, Any], message: str) -> dict[str, Any] | None:
     svc: Any = SimpleNamespace(signers=signers)
-    return reasoning_fix._without_sealed(svc, "responses", "b", doc, message)
+    fix = reasoning_fix._without_sealed(svc, "responses", "b", doc, message)
+    return fix("b", doc)  # the request as ``b``, which refused it, sends it again
 
 
 def test_only_the_issuer_of_the_item_named_is_learnt_as_refused() -> None:
