@@ -18,6 +18,7 @@ from gateway.fake.tool_call import _responses_call
 from gateway.sse import EventSplitter, parse_event
 from tests.corpus_cases import load_cases
 from tests.fakeupstream import Reply, Seq, Stream, response_object, responses_head, responses_stream
+from tests.named_tools import DOTTED, named_tools, round_trip
 
 CORPUS = Path(__file__).parents[1] / "corpus"
 UPSTREAM = ", apis: [responses], model_map: {'*': gpt-5-codex}"
@@ -221,9 +222,8 @@ async def test_a_failed_response_to_the_gateways_key_does_not_relay_the_operator
 
 # MCP tools as a chat server takes their names (vLLM, llama.cpp) and the Responses API does not
 # (^[a-zA-Z0-9_-]{1,64}$: responses_rules.name_fault).
-DOTTED, LONG = "github.create_issue", "mcp__" + "tracker_" * 8 + "issue"
-NAMED_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {
-    "type": "object", "properties": {"title": {"type": "string"}}}}} for n in (DOTTED, LONG)]  # fmt: skip
+LONG = "mcp__" + "tracker_" * 8 + "issue"
+NAMED_TOOLS = named_tools(LONG)
 
 
 def _calls_first_tool(stream: bool) -> Any:
@@ -240,21 +240,7 @@ async def test_tools_named_as_mcp_servers_name_them_round_trip_with_the_openai_s
     gw.fake.script(_calls_first_tool(stream), Stream(responses_stream("gpt-5-codex"), then="eof") if stream
                    else Reply(200, response_object("gpt-5-codex")))  # fmt: skip
     client = sdk(gw)
-    messages: list[Any] = [{"role": "user", "content": "File it."}]
-    choice = {"type": "function", "function": {"name": DOTTED}}
-    if stream:
-        async with client.chat.completions.stream(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
-                                                  tool_choice=choice) as s:  # fmt: skip
-            first = await s.get_final_completion()
-    else:
-        first = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
-                                                     tool_choice=choice)  # fmt: skip
-    [call] = first.choices[0].message.tool_calls or []
-    assert (call.function.name, json.loads(call.function.arguments)) == (DOTTED, {"title": "Bug"})
-    messages += [{"role": "assistant", "content": None,
-                  "tool_calls": [call.model_dump(include={"id", "type", "function"})]},
-                 {"role": "tool", "tool_call_id": call.id, "content": "issue #7"}]  # fmt: skip
-    second = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS)
+    second = await round_trip(client, NAMED_TOOLS, stream)
     assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content
     sent = [r.json() for r in gw.fake.responses_requests()]
     assert len(sent) == 2

@@ -17,6 +17,7 @@ from gateway.fake.messages import sign
 from gateway.fake.tool_call import _messages_call
 from tests import images
 from tests.fakeupstream import Reply, Stream, anthropic_message, anthropic_overflow, named_events
+from tests.named_tools import DOTTED, named_tools, round_trip
 
 CORPUS = Path(__file__).parents[1] / "corpus"
 UPSTREAM = ", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}"
@@ -539,9 +540,8 @@ async def test_opus_4_5_gets_the_clients_effort_with_its_beta_a_forced_tool_too(
 
 # MCP tools as a chat server takes their names (vLLM, llama.cpp) and Anthropic does not
 # (^[a-zA-Z0-9_-]{1,128}$: messages_rules.py).
-DOTTED, LONG = "github.create_issue", "mcp__" + "tracker_" * 16 + "issue"
-NAMED_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {
-    "type": "object", "properties": {"title": {"type": "string"}}}}} for n in (DOTTED, LONG)]  # fmt: skip
+LONG = "mcp__" + "tracker_" * 16 + "issue"
+NAMED_TOOLS = named_tools(LONG)
 
 
 def _calls_first_tool(stream: bool) -> Any:
@@ -558,21 +558,7 @@ async def test_tools_named_as_mcp_servers_name_them_round_trip_with_the_openai_s
     gw = await make_gateway(upstream_yaml=UPSTREAM)
     gw.fake.script(_calls_first_tool(stream), Reply(200, anthropic_message()))
     client = clients(gw)
-    messages: list[Any] = [{"role": "user", "content": "File it."}]
-    choice = {"type": "function", "function": {"name": DOTTED}}
-    if stream:
-        async with client.chat.completions.stream(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
-                                                  tool_choice=choice) as s:  # fmt: skip
-            first = await s.get_final_completion()
-    else:
-        first = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS,
-                                                     tool_choice=choice)  # fmt: skip
-    [call] = first.choices[0].message.tool_calls or []
-    assert (call.function.name, json.loads(call.function.arguments)) == (DOTTED, {"title": "Bug"})
-    messages += [{"role": "assistant", "content": None,
-                  "tool_calls": [call.model_dump(include={"id", "type", "function"})]},
-                 {"role": "tool", "tool_call_id": call.id, "content": "issue #7"}]  # fmt: skip
-    second = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=NAMED_TOOLS)
+    second = await round_trip(client, NAMED_TOOLS, stream)
     assert second.choices[0].message.content == "Hello from the fake upstream."
     sent = [r.json() for r in gw.fake.messages_requests()]
     assert len(sent) == 2
