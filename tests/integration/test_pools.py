@@ -81,6 +81,12 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
         await fake.close()
 
 
+async def _a_then_b(make_pool: MakePool, **kw: Any) -> Pool:
+    """A pool of a and b that asks a first (weight), each request on its own (no affinity)."""
+    return await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                           member_extra={"a": ", weight: 1000000"}, **kw)  # fmt: skip
+
+
 def _calls(fakes: dict[str, FakeUpstream]) -> dict[str, int]:
     return {n: len(f.chat_requests()) for n, f in fakes.items()}
 
@@ -115,8 +121,7 @@ def _chat(text: str) -> dict[str, Any]:
 
 async def test_the_attempt_that_met_the_limit_counts_and_the_answer_names_the_sibling(make_pool: MakePool) -> None:
     # a is the first pick by weight (1000:1); affinity off, so nothing else decides.
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool)
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "60"}))
     status, headers, _ = await gw.chat()
     assert status == 200 and headers["x-llm-upstream"] == "b"
@@ -235,8 +240,7 @@ async def test_with_every_key_limited_briefly_concurrent_requests_all_wait_for_t
     final by the reset X had noted (its wait "was that request's"), and Y alone was answered
     429 with `x-should-retry: false`: 4 requests at once on two keys limited for 25 s, 3 answered
     429 at once and 1 after the wait, where 4 sent 0.7 s apart were all answered."""
-    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool, real_sleep=True)
     held = asyncio.Event()
     limited = {"retry-after": "1"}
     fakes["a"].script(Reply(429, RATE_LIMITED, limited, until=held), Reply(429, RATE_LIMITED, limited))
@@ -259,8 +263,7 @@ async def test_a_request_that_waits_for_the_earliest_reset_does_not_make_a_concu
     request ended on those limits, so the second waits too and is served (unfixed: the first's
     move noted a's reset as if it had ended there, and the second was answered 429 at once,
     `x-should-retry: false`, while the first was served after its wait)."""
-    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool, real_sleep=True)
     first_a, second_a, first_b = asyncio.Event(), asyncio.Event(), asyncio.Event()
     limited = {"retry-after": "1"}
     fakes["a"].script(Reply(429, RATE_LIMITED, limited, until=first_a), Reply(429, RATE_LIMITED, limited, until=second_a))
@@ -287,9 +290,7 @@ async def test_a_reset_moved_later_while_a_request_waited_for_it_is_the_same_ret
     too, which moves a's reset 0.3 s later. Waking at the first reset, the first request waits
     those 0.3 s more and is served: the same wait going on (unfixed: counted as a second retry,
     it was answered 429, no call made after its wait, x-llm-attempts 2)."""
-    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True, pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"},
-                                extra="retry: {rate_limit: {max_retries: 1}}\n")  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool, real_sleep=True, extra="retry: {rate_limit: {max_retries: 1}}\n")
     first_a, second_a = asyncio.Event(), asyncio.Event()
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}, until=first_a),
                       Reply(429, RATE_LIMITED, {"retry-after": "1"}, until=second_a))  # then answers
@@ -327,8 +328,7 @@ async def test_a_compressed_retry_its_key_refuses_as_limited_goes_to_a_sibling(m
     once, goes to b at once (unfixed: the 429 was the client's answer, b never asked, and the
     loop breaker answered the client's repeat with it for a minute; with a 20 s wait, that wait
     was slept on a while b was free)."""
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool)
     fakes["a"].script(overflow_error(2000, 5000, 100), Reply(429, RATE_LIMITED, {"retry-after": "3600"}))
     messages = []
     for i in range(20):
@@ -350,8 +350,7 @@ async def test_a_request_resent_without_a_refused_parameter_its_key_limits_goes_
     """Both deployments' model refuses `temperature`; a answers the request sent again without it
     429 for 20 s: that resend goes to b at once, without it (unfixed: the 20 s were slept on a,
     3 calls there, while b was free)."""
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool)
     for fake in fakes.values():
         fake.refused_params = frozenset({"temperature"})
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
@@ -371,8 +370,7 @@ async def test_a_request_resent_with_its_output_budget_lowered_its_key_limits_go
     """Both deployments' model takes at most 16384 output tokens; a answers the request sent
     again lowered 429 for 20 s: that resend goes to b at once, lowered (unfixed: the 20 s were
     slept on a, 3 calls there, while b was free)."""
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool)
     for fake in fakes.values():
         fake.output_limit = 16384
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
@@ -394,8 +392,7 @@ async def test_a_request_resent_without_reasoning_of_another_account_its_key_lim
     third one sealed; a refuses it, and answers the request sent again without it 429 for 20 s:
     that resend goes to b at once, without it (unfixed: the 20 s were slept on a, 3 calls there,
     while b was free)."""
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool)
     for name, fake in fakes.items():
         fake.orgs = {f"key-{name}": f"org-{name}"}
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
@@ -454,8 +451,7 @@ async def test_a_key_refused_one_model_sits_out_for_that_model_only(
 ) -> None:
     """OpenAI's 403 for a project limited to some models (open-webui/open-webui#2250 quotes it)
     took the key from every model for an hour: it now serves the models it may."""
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # a is asked first
+    gw, fakes = await _a_then_b(make_pool)  # a is asked first
     fakes["a"].script(Reply(403, {"error": {"message": "You are not allowed to sample from this model",
                                             "type": "invalid_request_error", "param": None, "code": None}}))  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="gateway.decisions"):
@@ -961,8 +957,7 @@ async def test_an_overflow_goes_to_the_sibling_with_the_larger_window_first(make
 
 
 async def test_a_key_out_of_credit_last_does_not_hide_a_sibling_back_in_ten_minutes(make_pool: MakePool) -> None:
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    gw, fakes = await _a_then_b(make_pool)
     fakes["a"].always = Reply(429, RATE_LIMITED, {"retry-after": "600"})
     fakes["b"].always = Reply(429, NO_QUOTA)
     status, headers, body = await gw.chat()
@@ -1166,8 +1161,7 @@ async def test_a_deployment_without_the_model_moves_the_request_and_sits_out_for
     """A 404 that says the model is not there (an Azure deployment never made, a key without
     access, a model not pulled) was relayed though a sibling had the model; so was OpenAI's 403
     for a project without it, on every conversation that landed on that key (audit)."""
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # a is asked first
+    gw, fakes = await _a_then_b(make_pool)  # a is asked first
     fakes["a"].always = Reply(status, body)
     status, headers, _ = await gw.chat({**_chat("x1"), "model": "gpt-x"})
     assert status == 200 and headers["x-llm-upstream"] == "b" and headers["x-llm-attempts"] == "2"
@@ -1452,8 +1446,7 @@ async def test_a_request_retrying_an_outage_does_not_call_a_deployment_a_reload_
     out of the pool during the first backoff (an operator removing the broken deployment): b got
     5 more calls from that request after the reload, one per retry. It gets none now; the
     request is answered with b's 503, retryable, and the client's retry goes to the pool in force."""
-    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
-                                member_extra={"a": ", weight: 1000000"})  # a is asked first
+    gw, fakes = await _a_then_b(make_pool)  # a is asked first
     fakes["a"].always = Reply(503, UNAVAILABLE)
     fakes["b"].always = Reply(503, UNAVAILABLE)
     svc = gw.app[LIVE].services
